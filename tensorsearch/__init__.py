@@ -1,0 +1,33 @@
+"""tensorsearch: TensorIR and an auto-scheduler for tensorized programs, in pure Python.
+
+    import numpy as np
+    import tensorsearch as ts
+    wl = ts.workloads.get("GMM", 0, "float32")
+    print(wl.func.script())
+    outputs = ts.interpret(wl.func, *wl.make_inputs(np.random.default_rng()))
+
+Submodules load on first use, so ``import tensorsearch`` stays cheap.
+"""
+
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+
+_SUBMODULES = ("arith", "cli", "interpreter", "ir", "script", "te", "workloads")
+_FUNCTIONS = {
+    "interpret": "interpreter",
+    "structural_equal": "ir",
+    "structural_hash": "ir",
+    "verify": "ir",
+}
+
+__all__ = [*_SUBMODULES, *_FUNCTIONS]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _SUBMODULES:
+        return import_module(f".{name}", __name__)
+    if name in _FUNCTIONS:
+        return getattr(import_module(f".{_FUNCTIONS[name]}", __name__), name)
+    raise AttributeError(f"module 'tensorsearch' has no attribute {name!r}")

@@ -6,12 +6,12 @@ See docs/architecture.md for the shape of the IR.
 from . import dtype as dtypes
 from .dtype import DataType, parse_dtype
 from .expr import (
-    MATH_FUNCTIONS,
     EQ,
     GE,
     GT,
     LE,
     LT,
+    MATH_FUNCTIONS,
     NE,
     Add,
     And,
@@ -76,5 +76,6 @@ from .stmt import (
     seq,
 )
 from .structural import assert_structural_equal, structural_equal, structural_hash
+from .verify import VerifyError, verify
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -114,7 +114,7 @@ class DataType:
         return float(np.finfo(self.numpy).max)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parse(text: str) -> DataType:
     m = _PATTERN.match(text)
     if m is None:

@@ -143,7 +143,9 @@ def _pair(a: PrimExpr, b: Any) -> tuple[PrimExpr, PrimExpr]:
     """Convert ``b`` (a Python number or an expression) to an expression that fits ``a``."""
     if isinstance(b, PrimExpr):
         return a, b
-    return a, const(b, a.dtype.element_of()) if a.dtype.lanes == 1 else Broadcast(const(b, a.dtype.element_of()), a.dtype.lanes)
+    return a, const(b, a.dtype.element_of()) if a.dtype.lanes == 1 else Broadcast(
+        const(b, a.dtype.element_of()), a.dtype.lanes
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -514,7 +516,21 @@ class Call(PrimExpr):
 
 
 # math functions known to the interpreter and code generators
-MATH_FUNCTIONS = ("exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "abs", "fabs", "floor", "ceil", "round", "erf", "pow")
+MATH_FUNCTIONS = (
+    "exp",
+    "log",
+    "sqrt",
+    "rsqrt",
+    "tanh",
+    "sigmoid",
+    "abs",
+    "fabs",
+    "floor",
+    "ceil",
+    "round",
+    "erf",
+    "pow",
+)
 
 
 def call(op: str, *args: Any, dtype: str | DataType | None = None) -> Call:
@@ -569,7 +585,9 @@ class Range(Node):
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "min", convert(self.min))
-        object.__setattr__(self, "extent", convert(self.extent, self.min.dtype if isinstance(self.min, PrimExpr) else None))
+        object.__setattr__(
+            self, "extent", convert(self.extent, self.min.dtype if isinstance(self.min, PrimExpr) else None)
+        )
 
     @staticmethod
     def from_extent(extent: Any, dtype: str | DataType = "int32") -> Range:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import fields
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from .expr import Node, PrimExpr, Var
@@ -26,7 +26,7 @@ from .stmt import Buffer
 _LEAVES = (Var, Buffer)
 
 
-@lru_cache(maxsize=None)
+@cache
 def _field_names(cls: type) -> tuple[str, ...]:
     return tuple(f.name for f in fields(cls))
 

@@ -81,9 +81,7 @@ class Buffer(Node):
         if not self.name or not isinstance(self.name, str):
             raise ValueError(f"a buffer needs a non-empty string name, got {self.name!r}")
         if self.strides and len(self.strides) != len(self.shape):
-            raise ValueError(
-                f"buffer {self.name} has {len(self.shape)} dimensions but {len(self.strides)} strides"
-            )
+            raise ValueError(f"buffer {self.name} has {len(self.shape)} dimensions but {len(self.strides)} strides")
         for s in self.shape:
             if not s.dtype.is_integer:
                 raise TypeError(f"buffer {self.name} has a non-integer extent {s} of type {s.dtype}")
@@ -233,7 +231,9 @@ class For(Stmt):
                 f"loop {self.loop_var.name}: a thread_binding loop needs a thread tag and only such a loop may have one"
             )
         if self.thread_binding is not None and self.thread_binding not in THREAD_TAGS:
-            raise ValueError(f"loop {self.loop_var.name}: unknown thread tag {self.thread_binding!r}; expected one of {THREAD_TAGS}")
+            raise ValueError(
+                f"loop {self.loop_var.name}: unknown thread tag {self.thread_binding!r}; expected one of {THREAD_TAGS}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,4 +385,3 @@ def make_prim_func(buffers: list[Buffer] | tuple[Buffer, ...], body: Stmt, name:
     """A PrimFunc whose parameters are the given buffers, in order."""
     params = tuple(Var(b.name + "_handle", DataType("handle", 64)) for b in buffers)
     return PrimFunc(params, body, tuple(zip(params, buffers, strict=True)), (("global_symbol", name),))
-

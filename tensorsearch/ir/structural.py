@@ -15,7 +15,7 @@ import hashlib
 import math
 from dataclasses import fields
 from enum import Enum
-from functools import lru_cache
+from functools import cache
 from typing import Any
 
 from .dtype import DataType
@@ -23,7 +23,7 @@ from .expr import Node, Var
 from .stmt import Buffer
 
 
-@lru_cache(maxsize=None)
+@cache
 def _compared_fields(cls: type) -> tuple[str, ...]:
     names = tuple(f.name for f in fields(cls))
     if cls is Buffer:
@@ -97,7 +97,7 @@ def _show(x: Any) -> str:
         if hasattr(x, "script"):
             return x.script()
         return str(x)
-    except Exception:  # noqa: BLE001 - printing must never hide the assertion
+    except Exception:
         return repr(x)
 
 

@@ -1,0 +1,54 @@
+"""``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _cmd_workloads(args: argparse.Namespace) -> int:
+    from .. import workloads
+
+    rows = [(name, str(len(workloads.shapes(name))), workloads.describe(name)) for name in workloads.names()]
+    width = max(len(r[0]) for r in rows)
+    print(f"{'name':<{width}}  shapes  computation")
+    for name, count, text in rows:
+        print(f"{name:<{width}}  {count:>6}  {text}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from .. import workloads
+    from ..ir import verify
+
+    wl = workloads.get(args.name, args.index, args.dtype)
+    func = verify(wl.func)
+    print(f"# {wl.name}[{wl.index}] {wl.dtype} args={wl.args}")
+    print(func.script())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tensorsearch", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("workloads", help="list the paper's operator workloads")
+    p.set_defaults(fn=_cmd_workloads)
+    p = sub.add_parser("show", help="print a workload's TensorIR")
+    p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
+    p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
+    p.set_defaults(fn=_cmd_show)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args)
+    except (ValueError, KeyError, TypeError) as err:
+        print(f"tensorsearch {args.command}: error: {err}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
