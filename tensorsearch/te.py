@@ -434,7 +434,7 @@ def _block_for(stage: Tensor) -> BlockRealize | For:
     body = op.body
     reduce = body if isinstance(body, Reduce) else None
     spatial = [(v, Range(const(0), ext)) for v, ext in zip(op.axis, stage.buffer.shape, strict=True)]
-    reduces = [(a, a.dom) for a in reduce.axis] if reduce else []
+    reduces = [(a, a.dom) for a in reduce.axis] if reduce is not None else []
     loop_vars = [Var(v.name, v.dtype) for v, _ in spatial + reduces]
     iter_vars = [
         IterVar(Var("v_" + v.name, v.dtype), dom, IterType.SPATIAL if n < len(spatial) else IterType.REDUCE)

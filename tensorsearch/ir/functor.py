@@ -71,11 +71,26 @@ def children(node: Node) -> list[Node]:
     return out
 
 
+def _dispatch(functor: Any, node: Node) -> Callable[[Node], Any] | None:
+    """The ``visit_<Class>`` method for the node's class or its nearest IR base class."""
+    for cls in type(node).__mro__:
+        if cls is Node or cls is object:
+            return None
+        method = getattr(functor, "visit_" + cls.__name__, None)
+        if method is not None:
+            return method
+    return None
+
+
 class Visitor:
-    """Read-only traversal; define ``visit_<ClassName>`` and call ``generic_visit`` to recurse."""
+    """Read-only traversal; define ``visit_<ClassName>`` and call ``generic_visit`` to recurse.
+
+    A node whose class has no method is dispatched to its base classes' methods
+    (``visit_BinaryOp`` catches every binary arithmetic node).
+    """
 
     def visit(self, node: Node) -> Any:
-        method = getattr(self, "visit_" + type(node).__name__, None)
+        method = _dispatch(self, node)
         if method is not None:
             return method(node)
         return self.generic_visit(node)
@@ -89,7 +104,7 @@ class Mutator:
     """Rewriting traversal; ``visit_<ClassName>`` returns the replacement node."""
 
     def visit(self, node: Node) -> Any:
-        method = getattr(self, "visit_" + type(node).__name__, None)
+        method = _dispatch(self, node)
         if method is not None:
             return method(node)
         return self.generic_visit(node)

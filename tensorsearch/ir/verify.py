@@ -200,15 +200,17 @@ class _Verifier(Visitor):
                 raise VerifyError(
                     f"block {block.name} {kind} buffer {buf.name} but does not declare it in its {kind} regions"
                 )
-            env = {**dom, **loops}
-            if not any(_inside(access.indices, region, env, arith) for region in allowed):
+            if not any(_inside(access.indices, region, loops, {**dom, **loops}, arith) for region in allowed):
                 idx = ", ".join(str(i) for i in access.indices)
                 raise VerifyError(f"block {block.name} {kind} {buf.name}[{idx}] outside its declared {kind} regions")
 
 
-def _inside(indices: tuple[PrimExpr, ...], region: BufferRegion, env: dict[Var, Range], arith: Any) -> bool:
+def _inside(
+    indices: tuple[PrimExpr, ...], region: BufferRegion, loops: dict[Var, Range], env: dict[Var, Range], arith: Any
+) -> bool:
+    """Whether every index, relaxed over the loops inside the block, provably lies in ``region``."""
     for index, rng in zip(indices, region.region, strict=True):
-        s = arith.eval_int_set(index, env)
+        s = arith.eval_int_set(index, loops)
         lo_ok = arith.can_prove(s.min_value >= rng.min, env)
         hi_ok = arith.can_prove(s.max_value < rng.min + rng.extent, env)
         if not (lo_ok and hi_ok):

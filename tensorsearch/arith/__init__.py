@@ -1,0 +1,29 @@
+"""Integer arithmetic analysis: simplifier, interval sets, prover and access-region detection.
+
+::
+
+    from tensorsearch.arith import simplify, can_prove, eval_int_set
+    simplify((i * 8 + j) // 8, {j: Range(0, 8)})            # i
+    can_prove(i * 4 + j < 64, {i: Range(0, 16), j: Range(0, 4)})   # True
+    eval_int_set(i * 4 + j, {j: Range(0, 4)})               # IntervalSet(i*4, i*4 + 3)
+"""
+
+from .int_set import NEG_INF, POS_INF, IntervalSet, eval_int_set, intersect, union
+from .region import detect_access_regions, region_from_points
+from .simplify import Analyzer, can_prove, can_prove_equal, const_int_bound, simplify
+
+__all__ = [
+    "NEG_INF",
+    "POS_INF",
+    "Analyzer",
+    "IntervalSet",
+    "can_prove",
+    "can_prove_equal",
+    "const_int_bound",
+    "detect_access_regions",
+    "eval_int_set",
+    "intersect",
+    "region_from_points",
+    "simplify",
+    "union",
+]
