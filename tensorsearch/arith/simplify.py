@@ -214,7 +214,7 @@ class _Simplifier:
                 self._offsets[v] = (off, r.min)
         return self._offsets[v]
 
-    def bound_lin(self, lin: _Lin) -> Bound:
+    def bound_lin(self, lin: _Lin, depth: int = 0) -> Bound:
         for _ in range(4):  # rewrite vars with symbolic domains as min + offset, so j - n is bounded for j in [n, n+4)
             shift = [t for t in lin.terms if type(t) is Var and self._offset(t) is not None]
             for v in shift:
@@ -229,6 +229,25 @@ class _Simplifier:
             a, b = self.bound(t)
             x, y = _mulx(a, c), _mulx(b, c)
             lo, hi = lo + min(x, y), hi + max(x, y)
+        if depth < 2:
+            lo, hi = self._tighten_min_max(lin, lo, hi, depth)
+        return lo, hi
+
+    def _tighten_min_max(self, lin: _Lin, lo: Any, hi: Any, depth: int) -> Bound:
+        """Use ``min(p, q) <= p`` and ``max(p, q) >= p`` for Min/Max terms, so ``a - max(a, b) <= 0``."""
+        for t, c in list(lin.terms.items())[:4]:
+            if type(t) not in (Min, Max):
+                continue
+            rest = dict(lin.terms)
+            del rest[t]
+            upper = (type(t) is Min) == (c > 0)  # replacing t by an operand bounds lin from above
+            for operand in (t.a, t.b):
+                replaced = _Lin(lin.dtype, rest, lin.const).add(self.lin(operand), c)
+                r_lo, r_hi = self.bound_lin(replaced, depth + 1)
+                if upper:
+                    hi = min(hi, r_hi)
+                else:
+                    lo = max(lo, r_lo)
         return lo, hi
 
     def bound(self, e: PrimExpr) -> Bound:

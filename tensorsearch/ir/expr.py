@@ -16,7 +16,6 @@ and :func:`not_equal` (or the ``EQ``/``NE`` classes); ``<``, ``<=``, ``>``, ``>=
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 from .dtype import DataType, bool_, int32, parse_dtype
@@ -412,7 +411,12 @@ class Not(PrimExpr):
 
 @dataclass(frozen=True, slots=True)
 class Select(PrimExpr):
-    """``true_value if condition else false_value``; both sides may be evaluated."""
+    """``true_value if condition else false_value``.
+
+    Only the chosen value is evaluated, so a value may read out of bounds where the condition
+    is false (padding relies on this); code generators must keep that guarantee, e.g. by
+    branching or masking when a value contains a load.
+    """
 
     condition: PrimExpr
     true_value: PrimExpr
@@ -495,11 +499,6 @@ class Broadcast(PrimExpr):
     @property
     def dtype(self) -> DataType:
         return self.value.dtype.with_lanes(self.lanes)
-
-
-class CallKind(str, Enum):
-    PURE = "pure"  # a math function such as exp or sqrt
-    EXTERN = "extern"  # a named external or LLVM intrinsic with side effects
 
 
 @dataclass(frozen=True, slots=True)
