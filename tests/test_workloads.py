@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import itertools
-import zlib
+import secrets
 
 import numpy as np
 import pytest
 
 from tensorsearch import workloads as W
+from tensorsearch.ir import assert_structural_equal, verify
+from tensorsearch.script import parse
 from tensorsearch.workloads import reference as R
 
 NAMES = ["C1D", "C2D", "C3D", "CAP", "DEP", "DIL", "GMM", "GRP", "T2D", "CBR", "TBG", "NRM", "SFM", "C2D_WIN_NHWC"]
@@ -213,7 +215,7 @@ def _naive_conv2d(x, w, s, p, d, g):
 
 @pytest.mark.parametrize("name", ["C2D", "GRP", "DIL", "CBR"])
 def test_conv2d_references(name):
-    rng = np.random.default_rng(2)
+    rng = np.random.default_rng()
     for i in range(4):
         wl = W.reduced(name, i)
         xs = wl.make_inputs(rng)
@@ -226,7 +228,7 @@ def test_conv2d_references(name):
 
 
 def test_conv2d_transpose_reference():
-    rng = np.random.default_rng(3)
+    rng = np.random.default_rng()
     for args in [
         (1, 3, 3, 2, 2, 4, 2, 1),
         (1, 2, 3, 2, 3, 3, 2, 0),
@@ -250,7 +252,7 @@ def wl_inputs(wl, *arrays):
 
 
 def test_capsule_and_depthwise_references():
-    rng = np.random.default_rng(4)
+    rng = np.random.default_rng()
     wl = W.reduced("CAP", 0)
     x, w = (v.astype(np.float64) for v in wl.make_inputs(rng))
     _n, h, w_, _ci, _co, k, s, p = wl.args
@@ -270,7 +272,7 @@ def test_capsule_and_depthwise_references():
 
 
 def test_winograd_reference_is_the_direct_convolution():
-    rng = np.random.default_rng(5)
+    rng = np.random.default_rng()
     for args in [(1, 8, 8, 2, 2, 6), (1, 14, 14, 3, 2, 6), (2, 9, 7, 2, 3, 6)]:
         data = rng.uniform(-1, 1, args[:4])
         g = rng.uniform(-1, 1, (3, 3, args[3], args[4]))
@@ -279,7 +281,7 @@ def test_winograd_reference_is_the_direct_convolution():
 
 
 def test_other_references():
-    rng = np.random.default_rng(6)
+    rng = np.random.default_rng()
     wl = W.reduced("TBG", 0, "int8")
     q, v = wl.make_inputs(rng)
     b, s, h, _d = wl.args
@@ -311,6 +313,8 @@ def test_func_builds_at_full_shape(case):
     got = [(b.name, tuple(int(x.value) for x in b.shape), str(b.dtype)) for b in func.buffers]
     assert got == [(t.name, t.shape, t.dtype) for t in wl.inputs + wl.outputs]
     assert len(wl.input_buffers) == len(wl.inputs) and len(wl.output_buffers) == len(wl.outputs)
+    verify(func)
+    assert_structural_equal(parse(func.script()), func)
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
@@ -319,16 +323,18 @@ def test_interpreter_matches_reference(case):
 
     n, i, dt = case
     wl = W.reduced(n, i, dt)
-    xs = wl.make_inputs(np.random.default_rng(zlib.crc32(_id(case).encode())))
+    seed = secrets.randbits(32)  # fresh inputs every run; the seed is in the failure message
+    xs = wl.make_inputs(np.random.default_rng(seed))
     outs = [np.zeros(t.shape, dtype=t.dtype) for t in wl.outputs]
     interpret(wl.func, *xs, *outs)
-    wl.check(outs, wl.reference(*xs))
+    try:
+        wl.check(outs, wl.reference(*xs))
+    except AssertionError as err:
+        raise AssertionError(f"{_id(case)} with inputs from seed {seed}: {err}") from None
 
 
-def test_script_round_trip():
-    script = pytest.importorskip("tensorsearch.script")
-    if not hasattr(script, "parse"):
-        pytest.skip("tensorsearch.script.parse is not available yet")
+def test_script_round_trip_at_reduced_shapes():
+    from tensorsearch import script
     from tensorsearch.ir import structural_equal
 
     for n in NAMES:
