@@ -1,0 +1,20 @@
+"""Schedules: validated primitives over TensorIR and replayable traces."""
+
+from .errors import (
+    BlockNotFound,
+    CacheError,
+    DecisionError,
+    InvalidArgument,
+    LoopKindError,
+    LoopNotFound,
+    LoopStructureError,
+    NotAffineBinding,
+    NotCompleteBlock,
+    NotReductionBlock,
+    RegionCoverError,
+    ScheduleError,
+    StagePipelineError,
+)
+from .rv import BlockRV, ExprRV, LoopRV
+from .schedule import Schedule
+from .trace import INSTRUCTION_KINDS, Instruction, InstructionKind, Trace
