@@ -23,7 +23,25 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
     wl = workloads.get(args.name, args.index, args.dtype)
     func = verify(wl.func)
-    print(f"# {wl.name}[{wl.index}] {wl.dtype} args={wl.args}")
+    header = f"# {wl.name}[{wl.index}] {wl.dtype} args={wl.args}"
+    if args.trace:
+        from ..schedule import Schedule, ScheduleError, Trace
+
+        try:
+            with open(args.trace) as f:
+                trace = Trace.from_json(f.read())
+        except OSError as err:
+            raise ValueError(f"cannot read trace file {args.trace}: {err.strerror}") from None
+        except ValueError as err:
+            raise ValueError(f"trace file {args.trace}: {err}") from None
+        sch = Schedule(func)
+        try:
+            trace.apply(sch)
+        except ScheduleError as err:
+            raise ValueError(f"trace file {args.trace} does not apply to {wl.name}: {err}") from None
+        func = sch.func
+        header += f" after the {len(trace)} instructions of {args.trace}"
+    print(header)
     print(func.script())
     return 0
 
@@ -37,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
     p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
+    p.add_argument("--trace", metavar="FILE.json", help="apply a schedule trace (JSON, as Trace.as_json writes) first")
     p.set_defaults(fn=_cmd_show)
     return parser
 

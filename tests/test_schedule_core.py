@@ -1,0 +1,156 @@
+"""The schedule core: lookups, transactions, error detail levels, traces."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tensorsearch import workloads
+from tensorsearch.cli import main
+from tensorsearch.schedule import (
+    INSTRUCTION_KINDS,
+    BlockNotFound,
+    BlockRV,
+    InvalidArgument,
+    LoopRV,
+    Schedule,
+    Trace,
+)
+
+C2D = workloads.reduced("C2D", 1).func
+
+
+def test_lookups():
+    sch = Schedule(C2D)
+    conv = sch.get_block("conv2d_nhwc")
+    pad = sch.get_block("PadInput")
+    loops = sch.get_loops(conv)
+    assert [sch.get(lp).loop_var.name for lp in loops] == ["nn", "hh", "ww", "cc", "rh", "rw", "rc"]
+    assert all(isinstance(lp, LoopRV) for lp in loops)
+    assert [sch.get(b).name for b in sch.get_producers(conv)] == ["PadInput"]
+    assert [sch.get(b).name for b in sch.get_consumers(pad)] == ["conv2d_nhwc"]
+    assert sch.get_consumers(conv) == []
+    assert [sch.get(b).name for b in sch.get_child_blocks(sch.get_block("root"))] == ["PadInput", "conv2d_nhwc"]
+    assert [sch.get(b).name for b in sch.get_child_blocks(loops[0])] == ["conv2d_nhwc"]
+
+
+def test_failed_primitive_leaves_schedule_untouched():
+    sch = Schedule(C2D)
+    sch.get_block("PadInput")
+    before_func, before_len = sch.func, len(sch.trace)
+    with pytest.raises(BlockNotFound, match="no block named conv; the program has blocks root, PadInput, conv2d_nhwc"):
+        sch.get_block("conv")
+    with pytest.raises(InvalidArgument, match="expected a BlockRV, got LoopRV"):
+        sch.get_loops(sch.get_loops(sch.get_block("PadInput"))[0])
+    assert sch.func is before_func
+    assert len(sch.trace) == before_len + 2  # the two successful lookups inside the last call
+
+
+def test_wrong_argument_count_is_invalid_argument():
+    sch = Schedule(C2D)
+    with pytest.raises(InvalidArgument, match="get_block: missing a required argument: 'name'"):
+        sch.get_block()
+
+
+def test_error_detail_levels():
+    for level, expect in [("fast", "no block named x;"), ("none", "get_block failed: BlockNotFound")]:
+        sch = Schedule(C2D, error_detail=level)
+        with pytest.raises(BlockNotFound) as info:
+            sch.get_block("x")
+        assert str(info.value).startswith(expect)
+    with pytest.raises(ValueError, match="error_detail must be one of"):
+        Schedule(C2D, error_detail="verbose")
+
+
+def test_copy_is_independent():
+    sch = Schedule(C2D)
+    b = sch.get_block("conv2d_nhwc")
+    other = sch.copy()
+    other.get_loops(b)
+    assert len(other.trace) == 2 and len(sch.trace) == 1
+    assert other.get(b).name == "conv2d_nhwc"
+
+
+def test_trace_json_is_plain_and_deterministic():
+    sch = Schedule(C2D)
+    b = sch.get_block("conv2d_nhwc")
+    sch.get_loops(b)
+    sch.get_producers(b)
+    sch.enter_postproc()
+    data = sch.trace.as_json()
+    assert json.loads(json.dumps(data)) == data
+    assert data[0] == ["get_block", {"name": "conv2d_nhwc"}, ["b0"], None]
+    assert data[1][1] == {"block": {"rv": "b0"}}
+    assert sch.trace.as_json_text() == Trace.from_json(sch.trace.as_json_text()).as_json_text()
+    assert sch.trace.as_python().splitlines()[:2] == [
+        "b0 = sch.get_block(name='conv2d_nhwc')",
+        "l1, l2, l3, l4, l5, l6, l7 = sch.get_loops(block=b0)",
+    ]
+    # lookups whose outputs nothing uses are dead; enter_postproc is kept
+    assert [i.kind.name for i in sch.trace.simplified()] == ["enter_postproc"]
+    assert len(sch.trace.simplified(remove_postproc=True)) == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"a": 1}, "a trace is a JSON list of instructions"),
+        ([["nope", {}, [], None]], "trace instruction 0 has unknown kind 'nope'"),
+        (
+            [["get_block", {"nme": "C"}, ["b0"], None]],
+            r"trace instruction 0 \(get_block\) has unknown arguments \['nme'\]",
+        ),
+        (
+            [["get_loops", {"block": {"rv": "b9"}}, ["l0"], None]],
+            "trace uses random variable b9 before any instruction defines it",
+        ),
+        ([["get_block"]], "trace instruction 0 must be"),
+    ],
+)
+def test_trace_json_errors(data, message):
+    with pytest.raises(ValueError, match=message):
+        Trace.from_json(data)
+
+
+def test_every_primitive_is_a_registered_instruction():
+    for name, kind in INSTRUCTION_KINDS.items():
+        assert callable(getattr(Schedule, name)), name
+        assert kind.name == name
+    for name in ("get_block", "get_loops", "get_child_blocks", "get_producers", "get_consumers", "enter_postproc"):
+        assert name in INSTRUCTION_KINDS
+
+
+def test_replay_across_processes_gives_identical_hash(tmp_path):
+    sch = Schedule(C2D)
+    sch.get_loops(sch.get_block("conv2d_nhwc"))
+    path = tmp_path / "trace.json"
+    path.write_text(sch.trace.as_json_text())
+    code = (
+        "import sys; from tensorsearch import workloads; from tensorsearch.schedule import Schedule, Trace; "
+        "from tensorsearch.ir import structural_hash; s = Schedule(workloads.reduced('C2D', 1).func); "
+        f"Trace.from_json(open({str(path)!r}).read()).apply(s); print(structural_hash(s.func))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    from tensorsearch.ir import structural_hash
+
+    assert out == str(structural_hash(sch.func))
+
+
+def test_cli_show_with_trace(tmp_path, capsys):
+    sch = Schedule(workloads.get("GMM", 0).func)
+    sch.get_block("Z")
+    path = tmp_path / "t.json"
+    path.write_text(sch.trace.as_json_text())
+    assert main(["show", "GMM", "--trace", str(path)]) == 0
+    assert "after the 1 instructions of" in capsys.readouterr().out
+    path.write_text('[["get_block", {"name": "nope"}, ["b0"], null]]')
+    assert main(["show", "GMM", "--trace", str(path)]) == 2
+    assert "does not apply to GMM: no block named nope" in capsys.readouterr().err
+    assert main(["show", "GMM", "--trace", str(tmp_path / "missing.json")]) == 2
+    assert "cannot read trace file" in capsys.readouterr().err
+
+
+def test_block_rv_type():
+    sch = Schedule(C2D)
+    assert isinstance(sch.get_block("PadInput"), BlockRV)
