@@ -9,6 +9,17 @@
 """
 
 from .int_set import NEG_INF, POS_INF, IntervalSet, eval_int_set, intersect, union
+from .iter_map import (
+    IterMapResult,
+    IterMark,
+    IterSplit,
+    IterSum,
+    SubspaceDivision,
+    affine_binding_error,
+    detect_iter_map,
+    normalize_iter_map_to_expr,
+    subspace_divide,
+)
 from .region import detect_access_regions, region_from_points
 from .simplify import Analyzer, can_prove, can_prove_equal, const_int_bound, simplify
 
@@ -17,13 +28,22 @@ __all__ = [
     "POS_INF",
     "Analyzer",
     "IntervalSet",
+    "IterMapResult",
+    "IterMark",
+    "IterSplit",
+    "IterSum",
+    "SubspaceDivision",
+    "affine_binding_error",
     "can_prove",
     "can_prove_equal",
     "const_int_bound",
     "detect_access_regions",
+    "detect_iter_map",
     "eval_int_set",
     "intersect",
+    "normalize_iter_map_to_expr",
     "region_from_points",
     "simplify",
+    "subspace_divide",
     "union",
 ]

@@ -753,3 +753,23 @@ def parse(text: str) -> PrimFunc:
     if len(funcs) != 1:
         raise ScriptError(f"line 1, column 1: expected exactly one function, found {len(funcs)}")
     return p.func(funcs[0])
+
+
+def parse_expr(text: str, variables: dict[str, Var]) -> PrimExpr:
+    """Read one expression in script syntax; its names are the given variables.
+
+    ``parse_expr("i // 16 + T.min(j, 3)", {"i": i, "j": j})`` builds ``FloorDiv(i, 16) + Min(j, 3)``.
+    Bare numbers next to a typed operand take that operand's type, as in a script.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse_expr() reads a string, got {type(text).__name__}")
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as e:
+        raise ScriptError(f"line {e.lineno or 1}, column {e.offset or 1}: {e.msg}") from None
+    p = _Parser(text.strip().split("\n"), 0)
+    for name, var in variables.items():
+        if not isinstance(var, Var):
+            raise TypeError(f"parse_expr: variable {name!r} must be a Var, got {type(var).__name__}")
+    p.scopes = [dict(variables)]
+    return p.expr(tree.body)
