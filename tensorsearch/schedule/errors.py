@@ -95,6 +95,14 @@ class StagePipelineError(ScheduleError):
     """The blocks in the scope do not form a stage pipeline (one writer per buffer, producers first)."""
 
 
+class OutputBlockError(ScheduleError):
+    """The primitive cannot move or inline a block that writes an output buffer of its scope."""
+
+
+class InlineError(ScheduleError):
+    """The block's body or its producers/consumers are not of the form (reverse) inlining needs."""
+
+
 class CacheError(ScheduleError):
     """A cache or layout primitive cannot apply to that buffer."""
 

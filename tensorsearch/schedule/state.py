@@ -212,6 +212,12 @@ class ScheduleState:
         if var is None:
             raise LoopNotFound("the LoopRV does not belong to this schedule")
         loc = find_loop(self.func, var)
+        if loc is None and var.name in ("compute_root", "compute_inline"):
+            raise LoopNotFound(
+                f"this LoopRV is sample_compute_location's {var.name} marker, not a loop; "
+                "only compute_at and reverse_compute_at accept it",
+                loop=var.name,
+            )
         if loc is None:
             raise LoopNotFound(
                 f"loop {var.name} no longer exists in the program (an earlier primitive split, fused or removed it)",
