@@ -15,6 +15,7 @@ from tensorsearch.schedule import (
     InvalidArgument,
     LoopRV,
     Schedule,
+    ScheduleError,
     Trace,
 )
 
@@ -51,6 +52,23 @@ def test_wrong_argument_count_is_invalid_argument():
     sch = Schedule(C2D)
     with pytest.raises(InvalidArgument, match="get_block: missing a required argument: 'name'"):
         sch.get_block()
+
+
+def test_detail_level_adds_the_ir_fragment():
+    sch = Schedule(C2D)
+    loops = sch.get_loops(sch.get_block("conv2d_nhwc"))
+    before = sch.func
+    with pytest.raises(ScheduleError) as info:
+        sch.parallel(loops[-1])
+    message = str(info.value)
+    first, _, rest = message.partition("\n")
+    assert "conv2d_nhwc" in first and "rc" in first and "reduction cannot run in parallel" in first
+    assert "for" in rest or "T.block" in rest  # the fragment
+    assert sch.func is before
+    fast = Schedule(C2D, error_detail="fast")
+    with pytest.raises(ScheduleError) as info:
+        fast.parallel(fast.get_loops(fast.get_block("conv2d_nhwc"))[-1])
+    assert "\n" not in str(info.value)
 
 
 def test_error_detail_levels():
@@ -122,8 +140,15 @@ def test_every_primitive_is_a_registered_instruction():
 
 
 def test_replay_across_processes_gives_identical_hash(tmp_path):
-    sch = Schedule(C2D)
-    sch.get_loops(sch.get_block("conv2d_nhwc"))
+    sch = Schedule(C2D, seed=7)
+    conv = sch.get_block("conv2d_nhwc")
+    _nn, hh, ww, cc, rh, rw, rc = sch.get_loops(conv)
+    c0, c1 = sch.split(cc, sch.sample_perfect_tile(cc, n=2, max_innermost_factor=4))
+    sch.reorder(c0, rh, rw, rc, c1)
+    sch.compute_at(sch.get_block("PadInput"), ww)
+    sch.decompose_reduction(conv, rh)
+    sch.parallel(hh)
+    sch.vectorize(c1)
     path = tmp_path / "trace.json"
     path.write_text(sch.trace.as_json_text())
     code = (
