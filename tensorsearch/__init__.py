@@ -14,7 +14,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("arith", "cli", "interpreter", "ir", "script", "te", "workloads")
+_SUBMODULES = ("arith", "cli", "hardware", "interpreter", "ir", "schedule", "script", "te", "workloads")
 _FUNCTIONS = {
     "interpret": "interpreter",
     "structural_equal": "ir",
