@@ -14,8 +14,22 @@ from typing import Any
 
 __version__ = "0.1.0"
 
-_SUBMODULES = ("arith", "cli", "hardware", "interpreter", "ir", "schedule", "script", "te", "workloads")
+_SUBMODULES = (
+    "arith",
+    "cli",
+    "codegen",
+    "hardware",
+    "interpreter",
+    "ir",
+    "lower",
+    "runtime",
+    "schedule",
+    "script",
+    "te",
+    "workloads",
+)
 _FUNCTIONS = {
+    "build": "runtime",
     "interpret": "interpreter",
     "structural_equal": "ir",
     "structural_hash": "ir",

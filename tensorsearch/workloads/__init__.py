@@ -237,7 +237,7 @@ class Workload:
             elif t.role == "kernel_pack":
                 alpha, _, co, ci = t.shape
                 g = rng.uniform(-1.0, 1.0, size=(alpha - 3, alpha - 3, ci, co))
-                a = winograd_kernel_pack(g).astype(t.dtype)
+                a = np.ascontiguousarray(winograd_kernel_pack(g).astype(t.dtype))
             else:
                 a = rng.uniform(-1.0, 1.0, size=t.shape).astype(t.dtype)
             arrays.append(a)

@@ -1,0 +1,1137 @@
+"""LLVM code generation for lowered PrimFuncs (the lowered form is described in docs/codegen.md).
+
+    target = resolve_target(None)            # the host; or a Hardware, a descriptor name, a Target
+    text = generate(lowered, target)         # LLVM IR text with one exported function
+    mod = optimize(text, target)             # llvmlite ModuleRef after the O3 pipeline
+    asm = emit_assembly(mod, target); obj = emit_object(mod, target)
+
+The exported function is ``int32_t name(void *buf0, ..., scalar params by value)``: one data
+pointer per buffer parameter (the flat buffer's first element) in parameter order, scalars by
+value; it returns 0. Parallel loops are outlined into ``void name_parallel_k(void *closure)`` and
+run by libgomp's ``GOMP_parallel``; the global ``int32_t __tensorsearch_num_threads`` (0: the
+OpenMP default) sets the number of threads. ``name__repeat(args..., int64_t n)`` calls the
+kernel ``n`` times (used by the timer).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+import llvmlite.binding as llvm
+from llvmlite import ir
+
+from ..ir.dtype import DataType
+from ..ir.expr import (
+    EQ,
+    GE,
+    GT,
+    LE,
+    LT,
+    NE,
+    Add,
+    And,
+    Broadcast,
+    BufferLoad,
+    Call,
+    Cast,
+    Div,
+    FloatImm,
+    FloorDiv,
+    FloorMod,
+    IntImm,
+    Max,
+    Min,
+    Mod,
+    Mul,
+    Not,
+    Or,
+    PrimExpr,
+    Ramp,
+    Select,
+    StringImm,
+    Sub,
+    Var,
+)
+from ..ir.functor import post_order_visit
+from ..ir.stmt import (
+    Allocate,
+    Block,
+    BlockRealize,
+    Buffer,
+    BufferStore,
+    Evaluate,
+    For,
+    ForKind,
+    IfThenElse,
+    PrimFunc,
+    SeqStmt,
+    Stmt,
+)
+
+NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
+STACK_LIMIT_BYTES = 256 * 1024  # non-global constant-size buffers up to this size go on the stack
+
+
+class CodegenError(ValueError):
+    """The program is not in the lowered form or uses something the code generator lacks."""
+
+
+# ---------------------------------------------------------------------------------------
+# targets
+
+
+@dataclass(frozen=True)
+class Target:
+    """What code generation needs to know about a machine."""
+
+    name: str
+    triple: str
+    cpu: str
+    features: str
+    cores: int = 1
+    vector_bits: int = 128
+    l3_bytes: int | None = None
+    source: Any = field(default=None, compare=False, repr=False)
+
+    @property
+    def arch(self) -> str:
+        return self.triple.split("-")[0]
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether code for this target can run on this machine (same architecture)."""
+        return _arch_family(self.arch) == _arch_family(llvm.get_process_triple().split("-")[0])
+
+
+def _arch_family(arch: str) -> str:
+    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
+
+
+@cache
+def _init_llvm() -> None:
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    llvm.initialize_native_asmparser()
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
+
+
+@cache
+def host_target() -> Target:
+    """The running machine, from LLVM's view of the host CPU."""
+    _init_llvm()
+    feats = llvm.get_host_cpu_features().flatten()
+    bits = 512 if "+avx512f" in feats.split(",") else 256 if "+avx2" in feats.split(",") else 128
+    return Target("host", llvm.get_process_triple(), llvm.get_host_cpu_name(), feats, os.cpu_count() or 1, bits)
+
+
+def resolve_target(target: Any = None) -> Target:
+    """A Target from None (the host), a descriptor name or path, a Hardware object, or a Target."""
+    if isinstance(target, Target):
+        return target
+    if target is None or isinstance(target, str):
+        try:
+            from .. import hardware  # lazily: written separately
+        except ImportError:
+            if target is None or target == "host":
+                return host_target()
+            raise ValueError(
+                f"cannot load the hardware descriptor {target!r}: tensorsearch.hardware is missing"
+            ) from None
+        target = hardware.load("host" if target is None else target)
+    for attr in ("triple", "cpu", "features"):
+        if not hasattr(target, attr):
+            raise TypeError(f"a target needs a {attr!r}; got {type(target).__name__} {target!r}")
+    features = target.features
+    if not isinstance(features, str):
+        features = ",".join(features)
+    l3 = getattr(target, "l3_bytes", None)
+    caches = getattr(target, "caches", None) or getattr(target, "cache_bytes", None)
+    if l3 is None and isinstance(caches, dict):
+        l3 = caches.get("l3") or caches.get("L3")
+    elif l3 is None and caches is not None:
+        l3 = getattr(caches, "l3", None)
+    return Target(
+        str(getattr(target, "name", target.triple)),
+        target.triple,
+        target.cpu,
+        features,
+        int(getattr(target, "cores", 1) or 1),
+        int(getattr(target, "vector_bits", 128) or 128),
+        int(l3) if l3 else None,
+        target,
+    )
+
+
+def target_machine(target: Target, *, jit: bool = False, pic: bool = False) -> llvm.TargetMachine:
+    """A fresh TargetMachine (one per JIT engine)."""
+    _init_llvm()
+    try:
+        t = llvm.Target.from_triple(target.triple)
+    except RuntimeError as err:
+        raise ValueError(f"LLVM does not know the target triple {target.triple!r}: {err}") from None
+    return t.create_target_machine(
+        cpu=target.cpu,
+        features=target.features,
+        opt=3,
+        reloc="pic" if pic else "default",
+        codemodel="jitdefault" if jit else "default",
+        jit=jit,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# types
+
+I1 = ir.IntType(1)
+I8 = ir.IntType(8)
+I16 = ir.IntType(16)
+I32 = ir.IntType(32)
+I64 = ir.IntType(64)
+F32 = ir.FloatType()
+PTR = ir.PointerType()
+VOID = ir.VoidType()
+
+
+def scalar_type(dt: DataType) -> ir.Type:
+    """The register type of one lane (bfloat16 values live in float registers, already rounded)."""
+    if dt.code in ("int", "uint"):
+        return ir.IntType(dt.bits)
+    if dt.code == "bool":
+        return I1
+    if dt.code == "float":
+        return {16: ir.HalfType(), 32: F32, 64: ir.DoubleType()}[dt.bits]
+    if dt.code == "bfloat":
+        return F32
+    if dt.code == "handle":
+        return PTR
+    raise CodegenError(f"no LLVM type for {dt}")
+
+
+def value_type(dt: DataType) -> ir.Type:
+    s = scalar_type(dt.element_of())
+    return s if dt.lanes == 1 else ir.VectorType(s, dt.lanes)
+
+
+def storage_type(dt: DataType) -> ir.Type:
+    """The in-memory type of one element (bool is a byte, bfloat16 its 16 bits)."""
+    dt = dt.element_of()
+    if dt.is_bool:
+        return I8
+    if dt.code == "bfloat":
+        return I16
+    return scalar_type(dt)
+
+
+def _contains(e: PrimExpr, pred: Any) -> bool:
+    found = []
+
+    def visit(n: Any) -> None:
+        if not found and pred(n):
+            found.append(n)
+
+    post_order_visit(e, visit)
+    return bool(found)
+
+
+def _unsafe(n: Any) -> bool:
+    """Whether evaluating ``n`` where its guard is false could fault (a load or an integer division)."""
+    if isinstance(n, BufferLoad):
+        return True
+    if isinstance(n, Div | Mod | FloorDiv | FloorMod) and not n.dtype.is_float:
+        return not (isinstance(n.b, IntImm) and n.b.value not in (0, -1))
+    return isinstance(n, Call) and n.op.startswith("llvm.")
+
+
+_FLOAT_INTRINSICS = {
+    "exp": "llvm.exp",
+    "exp2": "llvm.exp2",
+    "log": "llvm.log",
+    "log2": "llvm.log2",
+    "log10": "llvm.log10",
+    "sqrt": "llvm.sqrt",
+    "floor": "llvm.floor",
+    "ceil": "llvm.ceil",
+    "trunc": "llvm.trunc",
+    "round": "llvm.roundeven",
+    "nearbyint": "llvm.roundeven",
+    "abs": "llvm.fabs",
+    "fabs": "llvm.fabs",
+    "sin": "llvm.sin",
+    "cos": "llvm.cos",
+    "tan": "llvm.tan",
+    "tanh": "llvm.tanh",
+    "pow": "llvm.pow",
+    "power": "llvm.pow",
+}
+_LIBM = {"erf": "erf", "log1p": "log1p", "expm1": "expm1"}
+
+
+def _type_suffix(t: ir.Type) -> str:
+    if isinstance(t, ir.VectorType):
+        return f"v{t.count}{_type_suffix(t.element)}"
+    if isinstance(t, ir.HalfType):
+        return "f16"
+    if isinstance(t, ir.FloatType):
+        return "f32"
+    if isinstance(t, ir.DoubleType):
+        return "f64"
+    if isinstance(t, ir.IntType):
+        return f"i{t.width}"
+    raise CodegenError(f"no intrinsic suffix for {t}")
+
+
+# ---------------------------------------------------------------------------------------
+# the generator
+
+
+@dataclass
+class _Fn:
+    func: ir.Function
+    builder: ir.IRBuilder
+    entry: ir.IRBuilder
+    vars: dict[Var, ir.Value]
+    bufs: dict[Buffer, ir.Value]
+    in_parallel: bool
+
+
+class _CodeGen:
+    def __init__(self, func: PrimFunc, target: Target, name: str) -> None:
+        self.func = func
+        self.target = target
+        self.name = name
+        self.module = ir.Module(name=name)
+        self.module.triple = target.triple
+        tm = target_machine(target)
+        self.module.data_layout = str(tm.target_data)
+        self.loop_ids = 0
+        self.parallel_ids = 0
+        self.mask: ir.Value | None = None
+        self.fn: _Fn
+        nt = ir.GlobalVariable(self.module, I32, NUM_THREADS_SYMBOL)
+        nt.initializer = ir.Constant(I32, 0)
+        nt.linkage = ""
+        self.num_threads = nt
+        self.uses_parallel = False
+
+    # helpers -----------------------------------------------------------------------------
+    @property
+    def b(self) -> ir.IRBuilder:
+        return self.fn.builder
+
+    def declare(self, name: str, ret: ir.Type, args: list[ir.Type]) -> ir.Function:
+        existing = self.module.globals.get(name)
+        if existing is not None:
+            return existing
+        return ir.Function(self.module, ir.FunctionType(ret, args), name)
+
+    def splat(self, v: ir.Value, lanes: int) -> ir.Value:
+        vt = ir.VectorType(v.type, lanes)
+        if isinstance(v, ir.Constant):
+            return ir.Constant(vt, [v.constant] * lanes)
+        undef = ir.Constant(vt, ir.Undefined)
+        ins = self.b.insert_element(undef, v, ir.Constant(I32, 0))
+        return self.b.shuffle_vector(ins, undef, ir.Constant(ir.VectorType(I32, lanes), [0] * lanes))
+
+    def const(self, value: Any, dt: DataType) -> ir.Value:
+        t = value_type(dt)
+        if dt.lanes > 1:
+            return ir.Constant(t, [value] * dt.lanes)
+        return ir.Constant(t, value)
+
+    def new_block(self, name: str) -> ir.Block:
+        return self.fn.func.append_basic_block(name)
+
+    def entry_alloca(self, t: ir.Type, name: str = "", align: int | None = None, count: int | None = None) -> ir.Value:
+        size = None if count is None else ir.Constant(I64, count)
+        a = self.fn.entry.alloca(t, size=size, name=name)
+        if align:
+            a.align = align
+        # an opaque ``ptr`` (llvmlite's typed alloca confuses its GEP type inference); the bitcast
+        # is a no-op that LLVM removes
+        cast = ir.instructions.CastInstr(self.fn.entry.block, "bitcast", a, PTR)
+        self.fn.entry._insert(cast)
+        return cast
+
+    # function ----------------------------------------------------------------------------
+    def build(self) -> str:
+        f = self.func
+        bmap = dict(f.buffer_map)
+        arg_types: list[ir.Type] = []
+        for p in f.params:
+            arg_types.append(PTR if p in bmap else value_type(p.dtype))
+        fnty = ir.FunctionType(I32, arg_types)
+        kernel = ir.Function(self.module, fnty, self.name)
+        kernel.attributes.add("nounwind")
+        kernel.attributes.add("noinline")
+        self._begin(kernel, {}, {}, False)
+        for p, arg in zip(f.params, kernel.args, strict=True):
+            arg.name = p.name
+            if p in bmap:
+                arg.add_attribute("noalias")
+                self.fn.bufs[bmap[p]] = arg
+            else:
+                self.fn.vars[p] = arg
+        self.stmt(f.body)
+        self.b.ret(ir.Constant(I32, 0))
+        self._finish()
+        self._repeat_wrapper(kernel, arg_types)
+        return _fix_loop_metadata(str(self.module))
+
+    def _begin(self, func: ir.Function, vars_: dict, bufs: dict, in_parallel: bool) -> None:
+        entry_block = func.append_basic_block("entry")
+        body_block = func.append_basic_block("body")
+        entry = ir.IRBuilder(entry_block)
+        builder = ir.IRBuilder(body_block)
+        self.fn = _Fn(func, builder, entry, dict(vars_), dict(bufs), in_parallel)
+
+    def _finish(self) -> None:
+        self.fn.entry.branch(self.fn.func.basic_blocks[1])
+
+    def _repeat_wrapper(self, kernel: ir.Function, arg_types: list[ir.Type]) -> None:
+        wrap = ir.Function(self.module, ir.FunctionType(I32, [*arg_types, I64]), self.name + "__repeat")
+        pre = wrap.append_basic_block("entry")
+        head = wrap.append_basic_block("head")
+        body = wrap.append_basic_block("body")
+        done = wrap.append_basic_block("done")
+        b = ir.IRBuilder(pre)
+        b.branch(head)
+        b.position_at_end(head)
+        i = b.phi(I64)
+        i.add_incoming(ir.Constant(I64, 0), pre)
+        b.cbranch(b.icmp_signed("<", i, wrap.args[-1]), body, done)
+        b.position_at_end(body)
+        b.call(kernel, list(wrap.args[:-1]))
+        i.add_incoming(b.add(i, ir.Constant(I64, 1)), body)
+        b.branch(head)
+        b.position_at_end(done)
+        b.ret(ir.Constant(I32, 0))
+
+    # statements ----------------------------------------------------------------------------
+    def stmt(self, s: Stmt) -> None:
+        method = getattr(self, "s_" + type(s).__name__, None)
+        if method is None:
+            if isinstance(s, Block | BlockRealize):
+                raise CodegenError("the program still has blocks; lower it first (tensorsearch.lower.lower)")
+            raise CodegenError(f"code generation does not support {type(s).__name__} statements")
+        method(s)
+
+    def s_SeqStmt(self, s: SeqStmt) -> None:
+        for x in s.stmts:
+            self.stmt(x)
+
+    def s_Evaluate(self, s: Evaluate) -> None:
+        if isinstance(s.value, IntImm | FloatImm | Var):
+            return
+        self.expr(s.value, statement=True)
+
+    def s_IfThenElse(self, s: IfThenElse) -> None:
+        cond = self.scalar_cond(s.condition)
+        then_bb = self.new_block("then")
+        end_bb = self.new_block("endif")
+        else_bb = self.new_block("else") if s.else_case is not None else end_bb
+        self.b.cbranch(cond, then_bb, else_bb)
+        self.b.position_at_end(then_bb)
+        self.stmt(s.then_case)
+        self.b.branch(end_bb)
+        if s.else_case is not None:
+            self.b.position_at_end(else_bb)
+            self.stmt(s.else_case)
+            self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+
+    def scalar_cond(self, e: PrimExpr) -> ir.Value:
+        if e.dtype.lanes != 1:
+            raise CodegenError(f"a condition must be a scalar bool, got {e.dtype} ({e})")
+        return self.expr(e)
+
+    def s_For(self, s: For) -> None:
+        if s.kind == ForKind.THREAD_BINDING:
+            raise CodegenError(f"loop {s.loop_var.name} is bound to {s.thread_binding}; CPU code cannot bind threads")
+        if s.kind == ForKind.PARALLEL and not self.fn.in_parallel:
+            self.parallel_for(s)
+            return
+        lo = self.expr(s.min)
+        hi = self.b.add(lo, self.expr(s.extent))
+        self.loop(s.loop_var, lo, hi, s.body, unroll=s.kind == ForKind.UNROLLED)
+
+    def loop(self, var: Var, lo: ir.Value, hi: ir.Value, body: Stmt, unroll: bool = False) -> None:
+        pre = self.b.block
+        head = self.new_block(f"{var.name}.head")
+        body_bb = self.new_block(f"{var.name}.body")
+        exit_bb = self.new_block(f"{var.name}.exit")
+        self.b.branch(head)
+        self.b.position_at_end(head)
+        i = self.b.phi(lo.type, name=var.name)
+        i.add_incoming(lo, pre)
+        self.b.cbranch(self.b.icmp_signed("<", i, hi), body_bb, exit_bb)
+        self.b.position_at_end(body_bb)
+        saved = self.fn.vars.get(var)
+        self.fn.vars[var] = i
+        self.stmt(body)
+        if saved is None:
+            del self.fn.vars[var]
+        else:
+            self.fn.vars[var] = saved
+        nxt = self.b.add(i, ir.Constant(lo.type, 1))
+        i.add_incoming(nxt, self.b.block)
+        br = self.b.branch(head)
+        if unroll:
+            m = self.module
+            full = m.add_metadata([ir.MetaDataString(m, "llvm.loop.unroll.full")])
+            br.set_metadata("llvm.loop", m.add_metadata([ir.MetaDataString(m, f"__ts_loop_{self.loop_ids}"), full]))
+            self.loop_ids += 1
+        self.b.position_at_end(exit_bb)
+
+    def parallel_for(self, s: For) -> None:
+        """Outline the loop into ``void f(closure*)`` run by GOMP_parallel on every thread."""
+        self.uses_parallel = True
+        captured_vars: list[Var] = []
+        captured_bufs: list[Buffer] = []
+        seen: set[int] = set()
+
+        def visit(n: Any) -> None:
+            if id(n) in seen:
+                return
+            if isinstance(n, Var) and n in self.fn.vars:
+                seen.add(id(n))
+                captured_vars.append(n)
+            elif isinstance(n, BufferLoad | BufferStore) and n.buffer in self.fn.bufs and id(n.buffer) not in seen:
+                seen.add(id(n.buffer))
+                captured_bufs.append(n.buffer)
+
+        post_order_visit(s, visit)
+        values = [self.fn.vars[v] for v in captured_vars] + [self.fn.bufs[b] for b in captured_bufs]
+        lo = self.expr(s.min)
+        ext = self.expr(s.extent)
+        values += [lo, ext]
+        struct_t = ir.LiteralStructType([v.type for v in values])
+        closure = self.entry_alloca(struct_t, "closure")
+        for k, v in enumerate(values):
+            self.b.store(v, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], source_etype=struct_t))
+
+        outer = self.fn
+        name = f"{self.name}_parallel_{self.parallel_ids}"
+        self.parallel_ids += 1
+        nv = len(captured_vars)
+        it = lo.type
+        # the loop over one thread's range, with noalias buffer pointers (as the kernel's own)
+        body_types = [v.type for v in values[:-2]] + [it, it]
+        body_fn = ir.Function(self.module, ir.FunctionType(VOID, body_types), name + "_body")
+        body_fn.linkage = "internal"
+        body_fn.attributes.add("nounwind")
+        self._begin(body_fn, {}, {}, True)
+        for k, var in enumerate(captured_vars):
+            self.fn.vars[var] = body_fn.args[k]
+        for k, buf in enumerate(captured_bufs):
+            body_fn.args[nv + k].add_attribute("noalias")
+            self.fn.bufs[buf] = body_fn.args[nv + k]
+        self.loop(s.loop_var, body_fn.args[-2], body_fn.args[-1], s.body)
+        self.b.ret_void()
+        self._finish()
+        # the function every thread runs: unpack the closure, take a static chunk, run the body
+        outlined = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
+        outlined.linkage = "internal"
+        outlined.attributes.add("nounwind")
+        self._begin(outlined, {}, {}, True)
+        b = self.b
+        loaded = [
+            b.load(
+                b.gep(outlined.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], source_etype=struct_t), typ=v.type
+            )
+            for k, v in enumerate(values)
+        ]
+        p_lo, p_ext = loaded[-2], loaded[-1]
+        tid = b.call(self.declare("omp_get_thread_num", I32, []), [])
+        nth = b.call(self.declare("omp_get_num_threads", I32, []), [])
+        tid, nth = self._int_resize(tid, it, True), self._int_resize(nth, it, True)
+        chunk = b.sdiv(b.sub(b.add(p_ext, nth), ir.Constant(it, 1)), nth)
+        start = b.mul(tid, chunk)
+        stop = b.add(start, chunk)
+        stop = b.select(b.icmp_signed("<", stop, p_ext), stop, p_ext)
+        b.call(body_fn, [*loaded[:-2], b.add(p_lo, start), b.add(p_lo, stop)])
+        b.ret_void()
+        self._finish()
+        self.fn = outer
+        gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
+        nthreads = self.b.load(self.num_threads, typ=I32)
+        self.b.call(gomp, [outlined, closure, nthreads, ir.Constant(I32, 0)])
+
+    def s_Allocate(self, s: Allocate) -> None:
+        buf = s.buffer
+        st = storage_type(buf.dtype)
+        size: PrimExpr | None = None
+        n_const = 1
+        for d in buf.shape:
+            n_const = n_const * d.value if isinstance(d, IntImm) and n_const is not None else None
+            size = d if size is None else size * d
+        nbytes_const = None if n_const is None else n_const * buf.dtype.bytes
+        on_stack = buf.scope != "global" and nbytes_const is not None and nbytes_const <= STACK_LIMIT_BYTES
+        saved = self.fn.bufs.get(buf)
+        if on_stack:
+            ptr = self.entry_alloca(st, buf.name, align=64, count=max(n_const, 1))
+            self.fn.bufs[buf] = ptr
+            self.stmt(s.body)
+        else:
+            n = ir.Constant(I64, n_const) if n_const is not None else self._int_resize(self.expr(size), I64, True)
+            nbytes = self.b.mul(n, ir.Constant(I64, buf.dtype.bytes))
+            nbytes = self.b.and_(self.b.add(nbytes, ir.Constant(I64, 63)), ir.Constant(I64, ~63))
+            nbytes = self.b.select(self.b.icmp_signed("<", nbytes, ir.Constant(I64, 64)), ir.Constant(I64, 64), nbytes)
+            ptr = self.b.call(self.declare("aligned_alloc", PTR, [I64, I64]), [ir.Constant(I64, 64), nbytes])
+            self.fn.bufs[buf] = ptr
+            self.stmt(s.body)
+            self.b.call(self.declare("free", VOID, [PTR]), [ptr])
+        if saved is None:
+            del self.fn.bufs[buf]
+        else:
+            self.fn.bufs[buf] = saved
+
+    def s_BufferStore(self, s: BufferStore) -> None:
+        ptr, st = self.buffer_ptr(s.buffer)
+        if len(s.indices) != 1:
+            raise CodegenError(f"store to {s.buffer.name} has {len(s.indices)} indices; lower (flatten) it first")
+        value = self.to_storage(self.expr(s.value), s.buffer.dtype)
+        index = s.indices[0]
+        align = s.buffer.dtype.bytes
+        if index.dtype.lanes == 1:
+            self.b.store(value, self.b.gep(ptr, [self.expr(index)], inbounds=True, source_etype=st), align=align)
+        elif isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value == 1:
+            p = self.b.gep(ptr, [self.expr(index.base)], inbounds=True, source_etype=st)
+            self.b.store(value, p, align=align)
+        else:
+            idx = self.expr(index)
+            for k in range(index.dtype.lanes):
+                lane = ir.Constant(I32, k)
+                p = self.b.gep(ptr, [self.b.extract_element(idx, lane)], inbounds=True, source_etype=st)
+                self.b.store(self.b.extract_element(value, lane), p, align=align)
+
+    def buffer_ptr(self, buf: Buffer) -> tuple[ir.Value, ir.Type]:
+        ptr = self.fn.bufs.get(buf)
+        if ptr is None:
+            same = [b for b in self.fn.bufs if b.name == buf.name and b.dtype == buf.dtype]
+            if len(same) != 1:
+                raise CodegenError(f"buffer {buf.name} is used but neither a parameter nor allocated")
+            ptr = self.fn.bufs[same[0]]
+        st = storage_type(buf.dtype)
+        if buf.dtype.lanes != 1:
+            raise CodegenError(f"buffer {buf.name} has a vector element type {buf.dtype}")
+        if not (isinstance(buf.elem_offset, IntImm) and buf.elem_offset.value == 0):
+            ptr = self.b.gep(ptr, [self.expr(buf.elem_offset)], inbounds=True, source_etype=st)
+        return ptr, st
+
+    # storage conversions -------------------------------------------------------------------
+    def to_storage(self, v: ir.Value, dt: DataType) -> ir.Value:
+        if dt.is_bool:
+            t = I8 if not isinstance(v.type, ir.VectorType) else ir.VectorType(I8, v.type.count)
+            return self.b.zext(v, t)
+        if dt.code == "bfloat":
+            return self.bf16_bits(v)
+        return v
+
+    def from_storage(self, v: ir.Value, dt: DataType) -> ir.Value:
+        if dt.is_bool:
+            return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+        if dt.code == "bfloat":
+            vec = isinstance(v.type, ir.VectorType)
+            i32 = ir.VectorType(I32, v.type.count) if vec else I32
+            f32 = ir.VectorType(F32, v.type.count) if vec else F32
+            wide = self.b.shl(self.b.zext(v, i32), self._splat_like(ir.Constant(I32, 16), i32))
+            return self.b.bitcast(wide, f32)
+        return v
+
+    def _splat_like(self, c: ir.Constant, t: ir.Type) -> ir.Value:
+        if isinstance(t, ir.VectorType):
+            return ir.Constant(t, [c.constant] * t.count)
+        return c
+
+    def bf16_bits(self, v: ir.Value) -> ir.Value:
+        """Round float32 values to bfloat16 (nearest even, NaN kept quiet) and return the 16 bits."""
+        b = self.b
+        vec = isinstance(v.type, ir.VectorType)
+        i32 = ir.VectorType(I32, v.type.count) if vec else I32
+        i16 = ir.VectorType(I16, v.type.count) if vec else I16
+
+        def c(x: int) -> ir.Value:
+            return self._splat_like(ir.Constant(I32, x), i32)
+
+        bits = b.bitcast(v, i32)
+        lsb = b.and_(b.lshr(bits, c(16)), c(1))
+        rounded = b.lshr(b.add(bits, b.add(lsb, c(0x7FFF))), c(16))
+        nan = b.or_(b.lshr(bits, c(16)), c(0x40))
+        isnan = b.fcmp_unordered("uno", v, v)
+        return b.trunc(b.select(isnan, nan, rounded), i16)
+
+    def round_bf16(self, v: ir.Value) -> ir.Value:
+        return self.from_storage(self.bf16_bits(v), DataType("bfloat", 16))
+
+    # expressions ---------------------------------------------------------------------------
+    def expr(self, e: PrimExpr, statement: bool = False) -> ir.Value:
+        method = getattr(self, "e_" + type(e).__name__, None)
+        if method is None:
+            raise CodegenError(f"code generation does not support {type(e).__name__} expressions ({e})")
+        if statement and isinstance(e, Call):
+            return self.e_Call(e, statement=True)
+        return method(e)
+
+    def e_IntImm(self, e: IntImm) -> ir.Value:
+        return ir.Constant(value_type(e.dtype), e.value)
+
+    def e_FloatImm(self, e: FloatImm) -> ir.Value:
+        v = e.value
+        if e.dtype.code == "bfloat":
+            import ml_dtypes
+            import numpy as np
+
+            v = float(np.float32(ml_dtypes.bfloat16(v)))
+        return ir.Constant(value_type(e.dtype), v)
+
+    def e_StringImm(self, e: StringImm) -> ir.Value:
+        raise CodegenError(f"a string constant {e.value!r} cannot be compiled")
+
+    def e_Var(self, e: Var) -> ir.Value:
+        v = self.fn.vars.get(e)
+        if v is None:
+            raise CodegenError(f"variable {e.name} is used outside of its definition")
+        return v
+
+    def _arith(self, e: Any, int_op: str, float_op: str) -> ir.Value:
+        a, b = self.expr(e.a), self.expr(e.b)
+        dt = e.dtype
+        if dt.is_float:
+            r = getattr(self.b, float_op)(a, b)
+            return self.round_bf16(r) if dt.code == "bfloat" else r
+        return getattr(self.b, int_op)(a, b)
+
+    def e_Add(self, e: Add) -> ir.Value:
+        return self._arith(e, "add", "fadd")
+
+    def e_Sub(self, e: Sub) -> ir.Value:
+        return self._arith(e, "sub", "fsub")
+
+    def e_Mul(self, e: Mul) -> ir.Value:
+        return self._arith(e, "mul", "fmul")
+
+    def _safe_divisor(self, e: Any, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value | None]:
+        """A divisor that cannot trap (0 and, for signed types, -1 replaced by 1) and the -1 lanes."""
+        dt = e.dtype
+        if isinstance(e.b, IntImm) and e.b.value not in (0, -1) and self.mask is None:
+            return b, None
+        one = self.const(1, dt)
+        bad = self.b.icmp_signed("==", b, self.const(0, dt))
+        minus = None
+        if dt.is_int:
+            minus = self.b.icmp_signed("==", b, self.const(-1, dt))
+            bad = self.b.or_(bad, minus)
+        if self.mask is not None and dt.lanes > 1:
+            bad = self.b.or_(bad, self.b.not_(self.mask))
+        return self.b.select(bad, one, b), minus
+
+    def _int_div(self, e: Any, kind: str) -> ir.Value:
+        dt = e.dtype
+        b_ = self.b
+        a, b = self.expr(e.a), self.expr(e.b)
+        if dt.is_float:
+            if kind == "div":
+                r = b_.fdiv(a, b)
+            elif kind == "mod":
+                r = b_.frem(a, b)
+            else:
+                q = self.call_intrinsic("llvm.floor", [b_.fdiv(a, b)])
+                if dt.code == "bfloat":
+                    q = self.round_bf16(self.call_intrinsic("llvm.floor", [self.round_bf16(b_.fdiv(a, b))]))
+                if kind == "floordiv":
+                    return q
+                prod = b_.fmul(q, b)
+                if dt.code == "bfloat":
+                    prod = self.round_bf16(prod)
+                r = b_.fsub(a, prod)
+            return self.round_bf16(r) if dt.code == "bfloat" else r
+        if not dt.is_integer:
+            raise CodegenError(f"division of {dt} values is not supported")
+        sb, minus = self._safe_divisor(e, a, b)
+        zero = self.const(0, dt)
+        if dt.is_uint:
+            return b_.udiv(a, sb) if kind in ("div", "floordiv") else b_.urem(a, sb)
+        if kind in ("div", "floordiv"):
+            q = b_.sdiv(a, sb)
+            if minus is not None:
+                q = b_.select(minus, b_.sub(zero, a), q)
+            if kind == "div":
+                return q
+            r = b_.srem(a, sb)
+            adjust = b_.and_(
+                b_.icmp_signed("!=", r, zero), b_.xor(b_.icmp_signed("<", r, zero), b_.icmp_signed("<", sb, zero))
+            )
+            return b_.sub(q, b_.zext(adjust, q.type))
+        r = b_.srem(a, sb)
+        if minus is not None:
+            r = b_.select(minus, zero, r)
+        if kind == "mod":
+            return r
+        adjust = b_.and_(
+            b_.icmp_signed("!=", r, zero), b_.xor(b_.icmp_signed("<", r, zero), b_.icmp_signed("<", b, zero))
+        )
+        return b_.select(adjust, b_.add(r, b), r)
+
+    def e_Div(self, e: Div) -> ir.Value:
+        return self._int_div(e, "div")
+
+    def e_Mod(self, e: Mod) -> ir.Value:
+        return self._int_div(e, "mod")
+
+    def e_FloorDiv(self, e: FloorDiv) -> ir.Value:
+        return self._int_div(e, "floordiv")
+
+    def e_FloorMod(self, e: FloorMod) -> ir.Value:
+        return self._int_div(e, "floormod")
+
+    def _minmax(self, e: Any, op: str) -> ir.Value:
+        a, b = self.expr(e.a), self.expr(e.b)
+        dt = e.dtype
+        # Python's min(a, b) is ``b if b < a else a``
+        if dt.is_float:
+            take_b = self.b.fcmp_ordered(op, b, a)
+        elif dt.is_uint or dt.is_bool:
+            take_b = self.b.icmp_unsigned(op, b, a)
+        else:
+            take_b = self.b.icmp_signed(op, b, a)
+        return self.b.select(take_b, b, a)
+
+    def e_Min(self, e: Min) -> ir.Value:
+        return self._minmax(e, "<")
+
+    def e_Max(self, e: Max) -> ir.Value:
+        return self._minmax(e, ">")
+
+    def _cmp(self, e: Any, op: str) -> ir.Value:
+        a, b = self.expr(e.a), self.expr(e.b)
+        dt = e.a.dtype
+        if dt.is_float:
+            if op == "!=":
+                return self.b.fcmp_unordered("!=", a, b)
+            return self.b.fcmp_ordered(op, a, b)
+        if dt.is_uint or dt.is_bool:
+            return self.b.icmp_unsigned(op, a, b)
+        return self.b.icmp_signed(op, a, b)
+
+    def e_EQ(self, e: EQ) -> ir.Value:
+        return self._cmp(e, "==")
+
+    def e_NE(self, e: NE) -> ir.Value:
+        return self._cmp(e, "!=")
+
+    def e_LT(self, e: LT) -> ir.Value:
+        return self._cmp(e, "<")
+
+    def e_LE(self, e: LE) -> ir.Value:
+        return self._cmp(e, "<=")
+
+    def e_GT(self, e: GT) -> ir.Value:
+        return self._cmp(e, ">")
+
+    def e_GE(self, e: GE) -> ir.Value:
+        return self._cmp(e, ">=")
+
+    def e_And(self, e: And) -> ir.Value:
+        if e.dtype.lanes == 1 and _contains(e.b, _unsafe):
+            return self.lazy(self.expr(e.a), e.b, IntImm(e.dtype, 0), e.dtype)
+        return self.b.and_(self.expr(e.a), self.expr(e.b))
+
+    def e_Or(self, e: Or) -> ir.Value:
+        if e.dtype.lanes == 1 and _contains(e.b, _unsafe):
+            return self.lazy(self.expr(e.a), IntImm(e.dtype, 1), e.b, e.dtype)
+        return self.b.or_(self.expr(e.a), self.expr(e.b))
+
+    def e_Not(self, e: Not) -> ir.Value:
+        return self.b.not_(self.expr(e.a))
+
+    def e_Select(self, e: Select) -> ir.Value:
+        return self.select(e.condition, e.true_value, e.false_value, e.dtype)
+
+    def select(self, cond: PrimExpr, t: PrimExpr, f: PrimExpr, dt: DataType) -> ir.Value:
+        c = self.expr(cond)
+        if not (_contains(t, _unsafe) or _contains(f, _unsafe)):
+            return self.b.select(c, self.expr(t), self.expr(f))
+        if cond.dtype.lanes == 1:
+            return self.lazy(c, t, f, dt)
+        # vector condition: evaluate each side with the other side's lanes masked off
+        saved = self.mask
+        self.mask = c if saved is None else self.b.and_(saved, c)
+        tv = self.expr(t)
+        nc = self.b.not_(c)
+        self.mask = nc if saved is None else self.b.and_(saved, nc)
+        fv = self.expr(f)
+        self.mask = saved
+        return self.b.select(c, tv, fv)
+
+    def lazy(self, c: ir.Value, t: PrimExpr, f: PrimExpr, dt: DataType) -> ir.Value:
+        then_bb = self.new_block("sel.t")
+        else_bb = self.new_block("sel.f")
+        end_bb = self.new_block("sel.end")
+        self.b.cbranch(c, then_bb, else_bb)
+        self.b.position_at_end(then_bb)
+        tv = self.expr(t)
+        t_end = self.b.block
+        self.b.branch(end_bb)
+        self.b.position_at_end(else_bb)
+        fv = self.expr(f)
+        f_end = self.b.block
+        self.b.branch(end_bb)
+        self.b.position_at_end(end_bb)
+        phi = self.b.phi(value_type(dt))
+        phi.add_incoming(tv, t_end)
+        phi.add_incoming(fv, f_end)
+        return phi
+
+    def _int_resize(self, v: ir.Value, t: ir.Type, signed: bool) -> ir.Value:
+        sw = (v.type.element if isinstance(v.type, ir.VectorType) else v.type).width
+        tw = (t.element if isinstance(t, ir.VectorType) else t).width
+        if tw < sw:
+            return self.b.trunc(v, t)
+        if tw > sw:
+            return self.b.sext(v, t) if signed else self.b.zext(v, t)
+        return v
+
+    def e_Cast(self, e: Cast) -> ir.Value:
+        src, dst = e.value.dtype, e.dtype
+        v = self.expr(e.value)
+        if src == dst:
+            return v
+        b = self.b
+        t = value_type(dst)
+        lanes = dst.lanes
+
+        def vt(s: ir.Type) -> ir.Type:
+            return s if lanes == 1 else ir.VectorType(s, lanes)
+
+        if dst.is_bool:
+            if src.is_float:
+                return b.fcmp_unordered("!=", v, ir.Constant(v.type, None) if lanes == 1 else self.const(0.0, src))
+            return b.icmp_unsigned("!=", v, ir.Constant(v.type, None))
+        if src.is_bool:
+            if dst.is_float:
+                r = b.uitofp(v, t)
+                return r
+            return b.zext(v, t)
+        if dst.is_integer:
+            if src.is_integer:
+                return self._int_resize(v, t, src.is_int)
+            # float -> int truncates toward zero and wraps (through int64, as the interpreter does)
+            if dst.bits == 64 and dst.is_uint:
+                return b.fptoui(v, t)
+            wide = b.fptosi(v, vt(I64))
+            return self._int_resize(wide, t, True)
+        # dst is a float
+        if src.is_integer:
+            mid = vt(F32) if dst.code == "bfloat" else t
+            r = b.sitofp(v, mid) if src.is_int else b.uitofp(v, mid)
+            return self.round_bf16(r) if dst.code == "bfloat" else r
+        # float -> float (bfloat16 registers are float32)
+        st, dt_ = v.type, t
+        sw = {"half": 16, "float": 32, "double": 64}[str(st.element if lanes > 1 else st)]
+        dw = {"half": 16, "float": 32, "double": 64}[str(dt_.element if lanes > 1 else dt_)]
+        if dw > sw:
+            r = b.fpext(v, dt_)
+        elif dw < sw:
+            r = b.fptrunc(v, dt_)
+        else:
+            r = v
+        return self.round_bf16(r) if dst.code == "bfloat" else r
+
+    def e_Broadcast(self, e: Broadcast) -> ir.Value:
+        return self.splat(self.expr(e.value), e.lanes)
+
+    def e_Ramp(self, e: Ramp) -> ir.Value:
+        base = self.splat(self.expr(e.base), e.lanes)
+        vt = ir.VectorType(value_type(e.base.dtype), e.lanes)
+        if isinstance(e.stride, IntImm | FloatImm):
+            offs = ir.Constant(vt, [k * e.stride.value for k in range(e.lanes)])
+        else:
+            k = ir.Constant(vt, [float(k) if e.base.dtype.is_float else k for k in range(e.lanes)])
+            mul = self.b.fmul if e.base.dtype.is_float else self.b.mul
+            offs = mul(k, self.splat(self.expr(e.stride), e.lanes))
+        return self.b.fadd(base, offs) if e.base.dtype.is_float else self.b.add(base, offs)
+
+    def e_BufferLoad(self, e: BufferLoad) -> ir.Value:
+        if len(e.indices) != 1:
+            raise CodegenError(f"load of {e.buffer.name} has {len(e.indices)} indices; lower (flatten) it first")
+        ptr, st = self.buffer_ptr(e.buffer)
+        index = e.indices[0]
+        align = e.buffer.dtype.bytes
+        b = self.b
+        if index.dtype.lanes == 1:
+            p = b.gep(ptr, [self.expr(index)], inbounds=True, source_etype=st)
+            return self.from_storage(b.load(p, typ=st, align=align), e.buffer.dtype)
+        lanes = index.dtype.lanes
+        if (
+            self.mask is None
+            and isinstance(index, Ramp)
+            and isinstance(index.stride, IntImm)
+            and index.stride.value == 1
+        ):
+            p = b.gep(ptr, [self.expr(index.base)], inbounds=True, source_etype=st)
+            return self.from_storage(b.load(p, typ=ir.VectorType(st, lanes), align=align), e.buffer.dtype)
+        idx = self.expr(index)
+        if self.mask is not None:
+            # masked-off lanes read element 0, which exists, and their values are never used
+            idx = b.select(self.mask, idx, ir.Constant(idx.type, None))
+        vec = ir.Constant(ir.VectorType(st, lanes), ir.Undefined)
+        for k in range(lanes):
+            lane = ir.Constant(I32, k)
+            p = b.gep(ptr, [b.extract_element(idx, lane)], inbounds=True, source_etype=st)
+            vec = b.insert_element(vec, b.load(p, typ=st, align=align), lane)
+        return self.from_storage(vec, e.buffer.dtype)
+
+    # calls -------------------------------------------------------------------------------
+    def call_intrinsic(self, name: str, args: list[ir.Value]) -> ir.Value:
+        t = args[0].type
+        fn = self.declare(f"{name}.{_type_suffix(t)}", t, [a.type for a in args])
+        return self.b.call(fn, args)
+
+    def e_Call(self, e: Call, statement: bool = False) -> ir.Value:
+        op = e.op[4:] if e.op.startswith("tir.") else e.op
+        dt = e.dtype
+        if op == "if_then_else":
+            return self.select(e.args[0], e.args[1], e.args[2], dt)
+        if op == "likely":
+            return self.expr(e.args[0])
+        if op.startswith("llvm."):
+            args = [self.expr(a) for a in e.args]
+            ret = VOID if (statement and dt.is_handle) else value_type(dt)
+            fn = self.declare(op, ret, [a.type for a in args])
+            if fn.function_type.return_type != ret or [a.type for a in args] != list(fn.function_type.args):
+                raise CodegenError(f"intrinsic {op} is called with different types in one program")
+            return self.b.call(fn, args)
+        if op == "reinterpret":
+            return self.b.bitcast(self.expr(e.args[0]), value_type(dt))
+        args = [self.expr(a) for a in e.args]
+        b = self.b
+        if dt.is_integer:
+            return self._int_call(op, e, args)
+        if not dt.is_float:
+            raise CodegenError(f"call of {op} returning {dt} is not supported")
+        # math in float32 for half/bfloat16, rounded back once per call
+        narrow = dt.bits == 16
+        ct = (
+            value_type(dt.with_lanes(dt.lanes))
+            if not narrow
+            else (F32 if dt.lanes == 1 else ir.VectorType(F32, dt.lanes))
+        )
+        cargs = []
+        for a, ae in zip(args, e.args, strict=True):
+            if ae.dtype.is_float and a.type != ct:
+                aw = {"half": 16, "float": 32, "double": 64}[str(a.type.element if ae.dtype.lanes > 1 else a.type)]
+                cw = {"half": 16, "float": 32, "double": 64}[str(ct.element if dt.lanes > 1 else ct)]
+                a = b.fpext(a, ct) if cw > aw else b.fptrunc(a, ct)
+            cargs.append(a)
+        r = self._float_math(op, cargs, ct)
+        if narrow:
+            r = self.round_bf16(r) if dt.code == "bfloat" else b.fptrunc(r, value_type(dt))
+        return r
+
+    def _float_math(self, op: str, args: list[ir.Value], t: ir.Type) -> ir.Value:
+        b = self.b
+        one = ir.Constant(t, 1.0) if not isinstance(t, ir.VectorType) else ir.Constant(t, [1.0] * t.count)
+        if op in _FLOAT_INTRINSICS and len(args) == (2 if op in ("pow", "power") else 1):
+            return self.call_intrinsic(_FLOAT_INTRINSICS[op], args)
+        if op == "rsqrt" and len(args) == 1:
+            return b.fdiv(one, self.call_intrinsic("llvm.sqrt", args))
+        if op == "sigmoid" and len(args) == 1:
+            neg = b.fneg(args[0])
+            return b.fdiv(one, b.fadd(one, self.call_intrinsic("llvm.exp", [neg])))
+        if op == "fmod" and len(args) == 2:
+            return b.frem(args[0], args[1])
+        if op in _LIBM and len(args) == 1:
+            et = t.element if isinstance(t, ir.VectorType) else t
+            name = _LIBM[op] + ("f" if isinstance(et, ir.FloatType) else "")
+            fn = self.declare(name, et, [et])
+            if not isinstance(t, ir.VectorType):
+                return b.call(fn, args)
+            out = ir.Constant(t, ir.Undefined)
+            for k in range(t.count):
+                lane = ir.Constant(I32, k)
+                out = b.insert_element(out, b.call(fn, [b.extract_element(args[0], lane)]), lane)
+            return out
+        raise CodegenError(f"unsupported math call {op} with {len(args)} arguments")
+
+    def _int_call(self, op: str, e: Call, args: list[ir.Value]) -> ir.Value:
+        b = self.b
+        dt = e.dtype
+        if op == "abs" and len(args) == 1:
+            if dt.is_uint:
+                return args[0]
+            return b.select(b.icmp_signed("<", args[0], self.const(0, dt)), b.sub(self.const(0, dt), args[0]), args[0])
+        bitwise = {"bitwise_and": "and_", "bitwise_or": "or_", "bitwise_xor": "xor"}
+        if op in bitwise and len(args) == 2:
+            return getattr(b, bitwise[op])(args[0], args[1])
+        if op == "bitwise_not" and len(args) == 1:
+            return b.not_(args[0])
+        if op in ("shift_left", "shift_right") and len(args) == 2:
+            amount = b.urem(args[1], self.const(dt.bits, dt))
+            if op == "shift_left":
+                return b.shl(args[0], amount)
+            return b.ashr(args[0], amount) if dt.is_int else b.lshr(args[0], amount)
+        if op in ("floor", "ceil", "round", "nearbyint", "trunc") and len(args) == 1:
+            return args[0]
+        raise CodegenError(f"unsupported integer call {op}")
+
+
+def _fix_loop_metadata(text: str) -> str:
+    """Make the ``llvm.loop`` nodes self-referential and distinct, as LLVM requires."""
+    return re.sub(r'^(!\d+) = !\{ ?!"__ts_loop_\d+"', r"\1 = distinct !{ \1", text, flags=re.MULTILINE)
+
+
+# ---------------------------------------------------------------------------------------
+# public API
+
+
+def generate(func: PrimFunc, target: Any = None, name: str | None = None) -> str:
+    """LLVM IR text for a lowered PrimFunc (see the module docstring for the signature)."""
+    target = resolve_target(target)
+    if name is None:
+        name = str(func.attr_dict.get("global_symbol", "main"))
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
+        raise ValueError(f"function name {name!r} is not a valid symbol")
+    gen = _CodeGen(func, target, name)
+    return gen.build()
+
+
+def uses_parallel(llvm_ir: str) -> bool:
+    return "GOMP_parallel" in llvm_ir
+
+
+def optimize(llvm_ir: str, target: Any = None, speed_level: int = 3) -> llvm.ModuleRef:
+    """Parse, verify and optimize (new pass builder, O3 by default) for the target."""
+    target = resolve_target(target)
+    _init_llvm()
+    mod = llvm.parse_assembly(llvm_ir)
+    mod.verify()
+    tm = target_machine(target)
+    pto = llvm.create_pipeline_tuning_options(speed_level=speed_level)
+    pto.loop_vectorization = True
+    pto.slp_vectorization = True
+    pto.loop_unrolling = True
+    pb = llvm.create_pass_builder(tm, pto)
+    pb.getModulePassManager().run(mod, pb)
+    return mod
+
+
+def emit_assembly(mod: llvm.ModuleRef | str, target: Any = None) -> str:
+    target = resolve_target(target)
+    if isinstance(mod, str):
+        _init_llvm()
+        mod = llvm.parse_assembly(mod)
+    return target_machine(target, pic=True).emit_assembly(mod)
+
+
+def emit_object(mod: llvm.ModuleRef | str, target: Any = None) -> bytes:
+    """A relocatable (position-independent) object file for the target."""
+    target = resolve_target(target)
+    if isinstance(mod, str):
+        _init_llvm()
+        mod = llvm.parse_assembly(mod)
+    return target_machine(target, pic=True).emit_object(mod)

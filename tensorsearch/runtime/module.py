@@ -1,0 +1,401 @@
+"""Compiled modules: build, call with checked arguments, time, save and load.
+
+mod = build(func)                     # lower, generate, optimize (O3), JIT (MCJIT)
+mod(a, b, c)                          # numpy arrays matching func's buffers; outputs in place
+mod.time(a, b, c, number=10, repeat=5).median
+mod.save("gemm.so"); m2 = load_module("gemm.so")     # another process may load it
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import math
+import os
+import subprocess
+import tempfile
+import time as _time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from ..codegen import llvm as cg
+from ..ir.dtype import DataType, numpy_dtype, parse_dtype
+from ..ir.expr import IntImm
+from ..ir.functor import post_order_visit
+from ..ir.stmt import Block, BlockRealize, BufferStore, For, ForKind, PrimFunc
+from .timing import TimeResult, flush_cache_now
+
+_CTYPES = {
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "bool": ctypes.c_bool,
+}
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a compiled function: a buffer (shape, dtype) or a scalar (dtype)."""
+
+    name: str
+    kind: str  # "buffer" or "scalar"
+    dtype: str
+    shape: tuple[int | None, ...] = ()
+    written: bool = False
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "dtype": self.dtype,
+            "shape": list(self.shape),
+            "written": self.written,
+        }
+
+    @staticmethod
+    def from_json(d: dict) -> Param:
+        return Param(d["name"], d["kind"], d["dtype"], tuple(d["shape"]), bool(d.get("written", False)))
+
+
+def signature(func: PrimFunc, lowered: PrimFunc | None = None) -> list[Param]:
+    """The parameters of ``func`` (the original, un-lowered function) as the runtime checks them."""
+    written: set[str] = set()
+
+    def visit(n: Any) -> None:
+        if isinstance(n, BufferStore):
+            written.add(n.buffer.name)
+
+    post_order_visit((lowered or func).body, visit)
+    bmap = dict(func.buffer_map)
+    out = []
+    for p in func.params:
+        b = bmap.get(p)
+        if b is None:
+            if str(p.dtype) not in _CTYPES:
+                raise TypeError(f"scalar parameter {p.name} of type {p.dtype} cannot be passed from Python")
+            out.append(Param(p.name, "scalar", str(p.dtype)))
+        else:
+            shape = tuple(s.value if isinstance(s, IntImm) else None for s in b.shape)
+            out.append(Param(b.name, "buffer", str(b.dtype), shape, b.name in written))
+    return out
+
+
+def is_lowered(func: PrimFunc) -> bool:
+    """Whether ``func`` is already in the lowered form (no blocks, one index per access)."""
+    bad = []
+
+    def visit(n: Any) -> None:
+        if isinstance(n, Block | BlockRealize):
+            bad.append(n)
+        elif hasattr(n, "indices") and hasattr(n, "buffer") and len(n.indices) != 1:
+            bad.append(n)
+        elif isinstance(n, For) and n.kind in (ForKind.VECTORIZED, ForKind.THREAD_BINDING):
+            bad.append(n)
+
+    post_order_visit(func.body, visit)
+    return not bad and all(len(b.shape) == 1 for b in func.buffers)
+
+
+@cache
+def _load_gomp() -> str:
+    import llvmlite.binding as llvm
+
+    path = ctypes.util.find_library("gomp")
+    if path is None:
+        raise RuntimeError("parallel loops need the OpenMP runtime libgomp, which was not found (install libgomp1)")
+    lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
+    for sym in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"):
+        llvm.add_symbol(sym, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
+    return path
+
+
+class _Runnable:
+    """Argument checking, calling and timing shared by JIT-compiled and loaded modules."""
+
+    name: str
+    params: list[Param]
+    triple: str
+    l3_bytes: int | None = None
+    _cfunc: Any = None
+    _repeat: Any = None
+    _threads: ctypes.c_int32 | None = None
+
+    def _setup_ctypes(self, func_addr: int, repeat_addr: int) -> None:
+        argtypes = [ctypes.c_void_p if p.kind == "buffer" else _CTYPES[p.dtype] for p in self.params]
+        self._cfunc = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes)(func_addr)  # CFUNCTYPE releases the GIL
+        self._repeat = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes, ctypes.c_int64)(repeat_addr)
+
+    def _not_runnable(self) -> None:
+        if self._cfunc is None:
+            arch = self.triple.split("-")[0]
+            raise RuntimeError(
+                f"module {self.name} was built for {arch} ({self.triple}) and cannot run on this machine "
+                f"({cg.host_target().triple}); use .assembly or .save_object(path) instead"
+            )
+
+    def _convert_args(self, args: Sequence[Any]) -> list[Any]:
+        self._not_runnable()
+        if len(args) != len(self.params):
+            names = ", ".join(p.name for p in self.params)
+            raise TypeError(f"{self.name} takes {len(self.params)} arguments ({names}), got {len(args)}")
+        out: list[Any] = []
+        arrays: list[tuple[Param, np.ndarray]] = []
+        for k, (p, a) in enumerate(zip(self.params, args, strict=True)):
+            if p.kind == "scalar":
+                if isinstance(a, np.ndarray) or not np.isscalar(a):
+                    raise TypeError(f"argument {k} ({p.name}) must be a {p.dtype} scalar, got {type(a).__name__}")
+                out.append(a)
+                continue
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"argument {k} (buffer {p.name}) must be a numpy array, got {type(a).__name__}")
+            want = numpy_dtype(parse_dtype(p.dtype))
+            if a.dtype != want:
+                raise ValueError(f"buffer {p.name}: expected dtype {p.dtype}, got {a.dtype}")
+            if a.ndim != len(p.shape) or any(s is not None and s != d for s, d in zip(p.shape, a.shape, strict=False)):
+                raise ValueError(f"buffer {p.name}: expected shape {p.shape}, got {a.shape}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"buffer {p.name}: the array must be C-contiguous (use np.ascontiguousarray)")
+            if p.written and not a.flags.writeable:
+                raise ValueError(f"buffer {p.name} is written by {self.name} but the array is read-only")
+            arrays.append((p, a))
+            out.append(a.ctypes.data)
+        for i in range(len(arrays)):
+            for j in range(i + 1, len(arrays)):
+                (p, a), (q, b) = arrays[i], arrays[j]
+                if (p.written or q.written) and a.size and b.size and np.may_share_memory(a, b):
+                    raise ValueError(f"buffers {p.name} and {q.name} overlap in memory; pass separate arrays")
+        return out
+
+    def __call__(self, *args: Any) -> None:
+        """Run on numpy arrays (checked against the function's buffers); outputs are written in place."""
+        cargs = self._convert_args(args)
+        self._cfunc(*cargs)
+
+    def time(
+        self,
+        *args: Any,
+        number: int = 1,
+        repeat: int = 3,
+        min_repeat_ms: float = 0,
+        flush_cache: bool = False,
+    ) -> TimeResult:
+        """Seconds per call for each of ``repeat`` repeats of ``number`` back-to-back calls.
+
+        The calls run in a compiled loop (no Python in between). With ``min_repeat_ms``,
+        ``number`` grows until one repeat lasts at least that long. With ``flush_cache``, a
+        buffer larger than the last-level cache is written before each repeat.
+        """
+        if number < 1 or repeat < 1:
+            raise ValueError("number and repeat must be at least 1")
+        cargs = self._convert_args(args)
+        self._cfunc(*cargs)  # warm up
+        if min_repeat_ms > 0:
+            while True:
+                t0 = _time.perf_counter()
+                self._repeat(*cargs, number)
+                ms = (_time.perf_counter() - t0) * 1e3
+                if ms >= min_repeat_ms:
+                    break
+                number = max(number * 2, math.ceil(number * min_repeat_ms / max(ms, 1e-3) * 1.1))
+        results = []
+        for _ in range(repeat):
+            if flush_cache:
+                flush_cache_now(self.l3_bytes)
+            t0 = _time.perf_counter()
+            self._repeat(*cargs, number)
+            results.append((_time.perf_counter() - t0) / number)
+        return TimeResult(tuple(results), number)
+
+    @property
+    def num_threads(self) -> int:
+        """Threads for parallel loops (0: the OpenMP default, OMP_NUM_THREADS or every core)."""
+        return 0 if self._threads is None else self._threads.value
+
+    @num_threads.setter
+    def num_threads(self, value: int) -> None:
+        self._not_runnable()
+        if self._threads is not None:
+            self._threads.value = int(value)
+
+
+class Module(_Runnable):
+    """A function compiled for a target; JIT-compiled when the target runs here."""
+
+    def __init__(self, func: PrimFunc, lowered: PrimFunc, target: cg.Target, name: str, build_seconds: float = 0.0):
+        import llvmlite.binding as llvm
+
+        self.func = func
+        self.lowered = lowered
+        self.target = target
+        self.triple = target.triple
+        self.l3_bytes = target.l3_bytes
+        self.name = name
+        self.params = signature(func, lowered)
+        t0 = _time.perf_counter()
+        text = cg.generate(lowered, target, name)
+        self.parallel = cg.uses_parallel(text)
+        opt = cg.optimize(text, target)
+        self.llvm_ir: str = str(opt)
+        self._assembly: str | None = None
+        self._engine = None
+        if target.runs_here:
+            if self.parallel:
+                _load_gomp()
+            missing = [
+                f.name
+                for f in opt.functions
+                if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name)
+            ]
+            if missing:  # MCJIT would crash on an unresolved symbol
+                raise RuntimeError(f"module {name} calls functions that are not loaded in this process: {missing}")
+            engine = llvm.create_mcjit_compiler(opt, cg.target_machine(target, jit=True))
+            engine.finalize_object()
+            self._engine = engine
+            self._setup_ctypes(engine.get_function_address(name), engine.get_function_address(name + "__repeat"))
+            self._threads = ctypes.c_int32.from_address(engine.get_global_value_address(cg.NUM_THREADS_SYMBOL))
+        self.build_seconds = build_seconds + (_time.perf_counter() - t0)
+
+    def __repr__(self) -> str:
+        return f"<tensorsearch Module {self.name} for {self.triple} ({self.target.cpu})>"
+
+    @property
+    def assembly(self) -> str:
+        """Assembly text of the optimized module for the target."""
+        if self._assembly is None:
+            self._assembly = cg.emit_assembly(self.llvm_ir, self.target)
+        return self._assembly
+
+    @property
+    def c_signature(self) -> str:
+        """The exported function's C declaration."""
+        ctype = {"float32": "float", "float64": "double", "bool": "bool"}
+        args = []
+        for p in self.params:
+            if p.kind == "buffer":
+                args.append(f"void *{p.name}")
+            else:
+                t = ctype.get(p.dtype) or (p.dtype + "_t")
+                args.append(f"{t} {p.name}")
+        return f"int32_t {self.name}({', '.join(args)});"
+
+    def object_code(self) -> bytes:
+        return cg.emit_object(self.llvm_ir, self.target)
+
+    def save_object(self, path: str | os.PathLike) -> str:
+        """Write a relocatable object file (any target) and the JSON sidecar ``path + '.json'``."""
+        path = os.fspath(path)
+        with open(path, "wb") as f:
+            f.write(self.object_code())
+        self._write_sidecar(path)
+        return path
+
+    def save(self, path: str | os.PathLike) -> str:
+        """Write a shared library (object linked with ``cc -shared``) and its JSON sidecar."""
+        path = os.fspath(path)
+        if not self.target.runs_here:
+            raise RuntimeError(
+                f"module {self.name} was built for {self.triple}; save_object(path) writes its object file "
+                "(link it with that target's toolchain)"
+            )
+        with tempfile.TemporaryDirectory() as tmp:
+            obj = os.path.join(tmp, self.name + ".o")
+            with open(obj, "wb") as f:
+                f.write(self.object_code())
+            cc = os.environ.get("CC", "cc")
+            cmd = [cc, "-shared", "-o", path, obj, "-lm"] + (["-lgomp"] if self.parallel else [])
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise RuntimeError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr}")
+        self._write_sidecar(path)
+        return path
+
+    def _write_sidecar(self, path: str) -> None:
+        meta = {
+            "format": "tensorsearch-module-1",
+            "name": self.name,
+            "symbol": self.name,
+            "repeat_symbol": self.name + "__repeat",
+            "num_threads_symbol": cg.NUM_THREADS_SYMBOL,
+            "c_signature": self.c_signature,
+            "params": [p.to_json() for p in self.params],
+            "triple": self.triple,
+            "cpu": self.target.cpu,
+            "features": self.target.features,
+            "parallel": self.parallel,
+            "l3_bytes": self.l3_bytes,
+        }
+        with open(path + ".json", "w") as f:
+            json.dump(meta, f, indent=1)
+
+
+class LoadedModule(_Runnable):
+    """A module loaded from a shared library written by ``Module.save``."""
+
+    def __init__(self, path: str) -> None:
+        with open(path + ".json") as f:
+            meta = json.load(f)
+        if meta.get("format") != "tensorsearch-module-1":
+            raise ValueError(f"{path}.json is not a tensorsearch module description")
+        self.path = path
+        self.name = meta["name"]
+        self.params = [Param.from_json(d) for d in meta["params"]]
+        self.triple = meta["triple"]
+        self.l3_bytes = meta.get("l3_bytes")
+        self.meta = meta
+        arch = self.triple.split("-")[0]
+        here = cg.host_target().triple.split("-")[0]
+        if cg._arch_family(arch) != cg._arch_family(here):
+            return  # calls raise the "built for another machine" error
+        lib = ctypes.CDLL(os.path.abspath(path))
+        self._lib = lib
+        fn = ctypes.cast(getattr(lib, meta["symbol"]), ctypes.c_void_p).value
+        rep = ctypes.cast(getattr(lib, meta["repeat_symbol"]), ctypes.c_void_p).value
+        self._setup_ctypes(fn, rep)
+        self._threads = ctypes.c_int32.in_dll(lib, meta["num_threads_symbol"])
+
+    def __repr__(self) -> str:
+        return f"<tensorsearch LoadedModule {self.name} from {self.path}>"
+
+
+def load_module(path: str | os.PathLike) -> LoadedModule:
+    """Load a shared library written by ``Module.save`` (its ``.json`` sidecar must be next to it)."""
+    return LoadedModule(os.fspath(path))
+
+
+def lower_for_codegen(func: PrimFunc) -> PrimFunc:
+    if is_lowered(func):
+        return func
+    from ..lower import lower
+
+    return lower(func)
+
+
+def build(func: PrimFunc, target: Any = None, name: str | None = None) -> Module:
+    """Lower, generate LLVM IR, optimize at O3 for ``target`` and JIT-compile (when it runs here).
+
+    ``target``: None (the host), a hardware descriptor name or path, a ``tensorsearch.hardware``
+    Hardware object, or a ``codegen.llvm.Target``.
+    """
+    if not isinstance(func, PrimFunc):
+        raise TypeError(f"build needs a PrimFunc, got {type(func).__name__}")
+    t0 = _time.perf_counter()
+    tgt = cg.resolve_target(target)
+    lowered = lower_for_codegen(func)
+    if name is None:
+        name = str(func.attr_dict.get("global_symbol", "main"))
+    return Module(func, lowered, tgt, name, _time.perf_counter() - t0)
+
+
+__all__ = ["DataType", "LoadedModule", "Module", "Param", "build", "is_lowered", "load_module", "signature"]

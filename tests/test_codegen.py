@@ -1,0 +1,273 @@
+"""LLVM code generation of hand-written lowered programs, checked against numpy and the interpreter."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from tensorsearch import interpret
+from tensorsearch.codegen import llvm as cg
+from tensorsearch.runtime import build
+from tensorsearch.script import parse
+
+
+def rng() -> np.random.Generator:
+    return np.random.default_rng()
+
+
+def run_both(src: str, *arrays: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Run the program compiled and interpreted on copies of the same arrays."""
+    func = parse(src)
+    mod = build(func)
+    compiled = [a.copy() for a in arrays]
+    mod(*compiled)
+    expected = interpret(func, *[a.copy() for a in arrays])
+    return compiled, expected
+
+
+def test_scalar_loops_and_if():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((60,), "float32"), B: T.Buffer((60,), "float32")):
+    for i in T.serial(6):
+        for j in T.serial(10):
+            if j < 5:
+                B[i * 10 + j] = A[i * 10 + j] * T.float32(2.0)
+            else:
+                B[i * 10 + j] = A[i * 10 + j] - T.float32(1.0)
+"""
+    a = rng().standard_normal(60).astype("float32")
+    b = rng().standard_normal(60).astype("float32")
+    got, want = run_both(src, a, b)
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_array_equal(got[1].reshape(6, 10)[:, :5], a.reshape(6, 10)[:, :5] * 2)
+
+
+def test_lazy_select_guards_out_of_bounds_load():
+    # padding: A has 8 elements; the select reads A[i - 2] only where 2 <= i < 10
+    src = """
+@T.prim_func
+def f(A: T.Buffer((8,), "float32"), B: T.Buffer((12,), "float32")):
+    for i in T.serial(12):
+        B[i] = T.Select(2 <= i and i < 10, A[i - 2], T.float32(0.0))
+"""
+    a = rng().standard_normal(8).astype("float32")
+    b = np.ones(12, "float32")
+    got, want = run_both(src, a, b)
+    np.testing.assert_array_equal(got[1], np.pad(a, 2))
+    np.testing.assert_array_equal(got[1], want[1])
+    text = cg.generate(parse(src))
+    assert "sel.t" in text  # a branch, not an eager select
+
+
+def test_vector_select_masks_loads():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((14,), "float32"), B: T.Buffer((16,), "float32")):
+    B[T.Ramp(0, 1, 16)] = T.Select(T.Ramp(0, 1, 16) < T.Broadcast(14, 16), A[T.Ramp(0, 1, 16)], T.Broadcast(T.float32(-1.0), 16))
+"""
+    # (the interpreter evaluates both sides of a vector select, so compare with numpy only)
+    a = rng().standard_normal(14).astype("float32")
+    b = np.zeros(16, "float32")
+    build(parse(src))(a, b)
+    np.testing.assert_array_equal(b, np.concatenate([a, [-1, -1]]).astype("float32"))
+
+
+def test_vectors_contiguous_strided_and_broadcast():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((64,), "float32"), B: T.Buffer((32,), "float32"), C: T.Buffer((32,), "float32")):
+    for i in T.serial(2):
+        C[T.Ramp(i * 16, 1, 16)] = A[T.Ramp(i * 32, 2, 16)] * B[T.Ramp(i * 16, 1, 16)] + T.Broadcast(A[0], 16)
+"""
+    a = rng().standard_normal(64).astype("float32")
+    b = rng().standard_normal(32).astype("float32")
+    got, want = run_both(src, a, b, np.zeros(32, "float32"))
+    np.testing.assert_allclose(got[2], a[::2] * b + a[0], rtol=1e-6)
+    np.testing.assert_array_equal(got[2], want[2])
+    asm = build(parse(src)).assembly
+    assert "zmm" in asm or "ymm" in asm
+
+
+def test_int8_to_int32_accumulate_wraps():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((64,), "int8"), B: T.Buffer((64,), "int8"), C: T.Buffer((1,), "int32"), D: T.Buffer((64,), "int8")):
+    C[0] = 0
+    for i in T.serial(64):
+        C[0] = C[0] + T.Cast("int32", A[i]) * T.Cast("int32", B[i])
+        D[i] = A[i] * B[i] + T.int8(100)
+"""
+    a = rng().integers(-128, 128, 64).astype("int8")
+    b = rng().integers(-128, 128, 64).astype("int8")
+    got, want = run_both(src, a, b, np.zeros(1, "int32"), np.zeros(64, "int8"))
+    assert got[2][0] == int(np.dot(a.astype(np.int64), b.astype(np.int64)))
+    np.testing.assert_array_equal(got[3], (a.astype(np.int64) * b + 100).astype(np.int8))
+    np.testing.assert_array_equal(got[3], want[3])
+
+
+def test_integer_division_semantics():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((64,), "int32"), B: T.Buffer((64,), "int32"), C: T.Buffer((256,), "int32")):
+    for i in T.serial(64):
+        C[i] = A[i] // B[i]
+        C[i + 64] = A[i] % B[i]
+        C[i + 128] = A[i] / B[i]
+        C[i + 192] = T.truncmod(A[i], B[i])
+"""
+    a = rng().integers(-1000, 1000, 64).astype("int32")
+    b = rng().integers(1, 50, 64).astype("int32") * rng().choice([-1, 1], 64).astype("int32")
+    got, want = run_both(src, a, b, np.zeros(256, "int32"))
+    np.testing.assert_array_equal(got[2][:64], a // b)
+    np.testing.assert_array_equal(got[2][64:128], a % b)
+    np.testing.assert_array_equal(got[2][128:192], (np.trunc(a / b)).astype("int32"))
+    np.testing.assert_array_equal(got[2][192:], np.fmod(a, b))
+    np.testing.assert_array_equal(got[2], want[2])
+
+
+def test_float16_and_bfloat16_round_per_operation():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((32,), "float16"), B: T.Buffer((32,), "float16"), C: T.Buffer((32,), "float16"), D: T.Buffer((32,), "bfloat16"), E: T.Buffer((32,), "bfloat16")):
+    for i in T.serial(32):
+        C[i] = A[i] * B[i] + A[i]
+        E[i] = D[i] * D[i] + T.Cast("bfloat16", A[i])
+"""
+    r = rng()
+    a = r.standard_normal(32).astype("float16")
+    b = r.standard_normal(32).astype("float16")
+    d = r.standard_normal(32).astype(ml_dtypes.bfloat16)
+    got, want = run_both(src, a, b, np.zeros(32, "float16"), d, np.zeros(32, ml_dtypes.bfloat16))
+    np.testing.assert_array_equal(got[2], want[2])
+    np.testing.assert_array_equal(got[4].view(np.uint16), want[4].view(np.uint16))
+
+
+def test_math_calls():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((16,), "float32"), B: T.Buffer((128,), "float32"), H: T.Buffer((16,), "float16"), G: T.Buffer((16,), "float16")):
+    for i in T.serial(16):
+        B[i] = T.exp(A[i])
+        B[i + 16] = T.sqrt(T.fabs(A[i]))
+        B[i + 32] = T.tanh(A[i])
+        B[i + 48] = T.sigmoid(A[i])
+        B[i + 64] = T.erf(A[i])
+        B[i + 80] = T.round(A[i] * T.float32(3.0))
+        B[i + 96] = T.pow(T.fabs(A[i]), T.float32(1.5))
+        B[i + 112] = T.rsqrt(T.fabs(A[i]) + T.float32(1.0))
+        G[i] = T.exp(H[i])
+    B[T.Ramp(0, 1, 16)] = T.exp(A[T.Ramp(0, 1, 16)])
+"""
+    a = rng().standard_normal(16).astype("float32")
+    h = rng().standard_normal(16).astype("float16")
+    got, want = run_both(src, a, np.zeros(128, "float32"), h, np.zeros(16, "float16"))
+    np.testing.assert_allclose(got[1], want[1], rtol=2e-6, atol=1e-6)
+    np.testing.assert_allclose(got[3].astype("float32"), want[3].astype("float32"), rtol=1e-3)
+
+
+def test_casts():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((16,), "float32"), I: T.Buffer((16,), "int8"), U: T.Buffer((16,), "uint8"), F: T.Buffer((16,), "float64"), B: T.Buffer((16,), "bool")):
+    for i in T.serial(16):
+        I[i] = T.Cast("int8", A[i] * T.float32(100.0))
+        U[i] = T.Cast("uint8", I[i])
+        F[i] = T.Cast("float64", U[i]) + T.Cast("float64", A[i])
+        B[i] = A[i] > T.float32(0.0)
+"""
+    a = rng().uniform(-1.2, 1.2, 16).astype("float32")
+    got, want = run_both(
+        src, a, np.zeros(16, "int8"), np.zeros(16, "uint8"), np.zeros(16, "float64"), np.zeros(16, bool)
+    )
+    for g, w in zip(got[1:], want[1:], strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_allocate_stack_and_heap():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+    with T.allocate((64,), "float32", scope="global") as G:
+        for i in T.serial(64):
+            G[i] = A[i] + T.float32(1.0)
+        for i in T.serial(4):
+            with T.allocate((16,), "float32", scope="local") as L:
+                for j in T.serial(16):
+                    L[j] = G[i * 16 + 15 - j] * T.float32(2.0)
+                for j in T.unroll(16):
+                    B[i * 16 + j] = L[j]
+"""
+    a = rng().standard_normal(64).astype("float32")
+    got, want = run_both(src, a, np.zeros(64, "float32"))
+    np.testing.assert_array_equal(got[1], want[1])
+    text = cg.generate(parse(src))
+    assert "aligned_alloc" in text and "alloca float, i64 16" in text
+    assert "llvm.loop.unroll.full" in text and "distinct" in text
+
+
+def test_parallel_loop_with_nested_parallel():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
+    for i in T.parallel(64):
+        for j in T.parallel(64):
+            B[i * 64 + j] = A[i * 64 + j] * T.float32(3.0) + T.Cast("float32", i)
+"""
+    a = rng().standard_normal(4096).astype("float32")
+    got, want = run_both(src, a, np.zeros(4096, "float32"))
+    np.testing.assert_array_equal(got[1], want[1])
+    mod = build(parse(src))
+    assert mod.parallel and mod.llvm_ir.count("GOMP_parallel") >= 1
+    for n in (1, 2, 3):
+        mod.num_threads = n
+        b = np.zeros(4096, "float32")
+        mod(a, b)
+        np.testing.assert_array_equal(b, want[1])
+
+
+def test_named_llvm_intrinsic_call():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32"), C: T.Buffer((16,), "float32")):
+    C[T.Ramp(0, 1, 16)] = T.call("llvm.fma.v16f32", A[T.Ramp(0, 1, 16)], B[T.Ramp(0, 1, 16)], C[T.Ramp(0, 1, 16)], dtype="float32x16")
+"""
+    r = rng()
+    a, b, c = (r.standard_normal(16).astype("float32") for _ in range(3))
+    mod = build(parse(src))
+    out = c.copy()
+    mod(a, b, out)
+    np.testing.assert_allclose(out, a.astype(np.float64) * b + c, rtol=1e-6, atol=1e-6)
+    assert "vfmadd" in mod.assembly
+
+
+def test_vnni_intrinsic_when_available():
+    if "+avx512vnni" not in cg.host_target().features.split(","):
+        pytest.skip("the host has no AVX512-VNNI")
+    src = """
+@T.prim_func
+def f(A: T.Buffer((64,), "uint8"), B: T.Buffer((64,), "int8"), C: T.Buffer((16,), "int32")):
+    C[T.Ramp(0, 1, 16)] = T.call("llvm.x86.avx512.vpdpbusd.512", C[T.Ramp(0, 1, 16)], T.call("reinterpret", A[T.Ramp(0, 1, 64)], dtype="int32x16"), T.call("reinterpret", B[T.Ramp(0, 1, 64)], dtype="int32x16"), dtype="int32x16")
+"""
+    r = rng()
+    a = r.integers(0, 256, 64).astype("uint8")
+    b = r.integers(-128, 128, 64).astype("int8")
+    c = r.integers(-1000, 1000, 16).astype("int32")
+    mod = build(parse(src))
+    out = c.copy()
+    mod(a, b, out)
+    want = c + (a.astype(np.int32) * b.astype(np.int32)).reshape(16, 4).sum(axis=1)
+    np.testing.assert_array_equal(out, want)
+    assert "vpdpbusd" in mod.assembly
+
+
+def test_unlowered_constructs_are_rejected():
+    src = """
+@T.prim_func
+def f(A: T.Buffer((4, 4), "float32")):
+    for i, j in T.grid(4, 4):
+        A[i, j] = T.float32(0.0)
+"""
+    with pytest.raises(cg.CodegenError, match="flatten"):
+        cg.generate(parse(src))

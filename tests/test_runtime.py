@@ -1,0 +1,174 @@
+"""Runtime: build every workload, argument checking, timing results, save/load, cross compilation."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from tensorsearch import workloads
+from tensorsearch.codegen import llvm as cg
+from tensorsearch.runtime import TimeResult, build, load_module
+from tensorsearch.script import parse
+
+GEMM = """
+@T.prim_func
+def gemm(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32"), C: T.Buffer((256,), "float32")):
+    for i in T.parallel(16):
+        for j in T.serial(16):
+            C[i * 16 + j] = T.float32(0.0)
+            for k in T.serial(16):
+                C[i * 16 + j] = C[i * 16 + j] + A[i * 16 + k] * B[k * 16 + j]
+"""
+
+AARCH64 = cg.Target("aarch64", "aarch64-unknown-linux-gnu", "neoverse-n1", "+neon,+dotprod", 4, 128)
+
+
+CASES = [(n, d) for n in workloads.names() for d in ("float32", "int8") if d in workloads.dtypes(n)]
+
+
+@pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{d}" for n, d in CASES])
+def test_every_workload_builds_and_matches_numpy(name, dtype):
+    wl = workloads.reduced(name, 0, dtype)
+    inputs = wl.make_inputs(np.random.default_rng())
+    assert all(x.flags.c_contiguous for x in inputs)
+    expected = wl.reference(*inputs)
+    mod = build(wl.func)
+    outputs = [np.full(o.shape, 7, dtype=o.dtype) for o in expected]
+    mod(*inputs, *outputs)
+    wl.check(outputs, expected)
+
+
+def _gemm_args():
+    r = np.random.default_rng()
+    return r.standard_normal(256).astype("float32"), r.standard_normal(256).astype("float32"), np.zeros(256, "float32")
+
+
+def test_gemm_runs_and_exposes_ir_and_assembly():
+    mod = build(parse(GEMM))
+    a, b, c = _gemm_args()
+    mod(a, b, c)
+    np.testing.assert_allclose(c.reshape(16, 16), a.reshape(16, 16) @ b.reshape(16, 16), rtol=1e-5, atol=1e-5)
+    assert "define" in mod.llvm_ir and "GOMP_parallel" in mod.llvm_ir
+    assert "gemm:" in mod.assembly
+    assert mod.c_signature == "int32_t gemm(void *A, void *B, void *C);"
+
+
+def test_wrong_arguments_raise_clear_errors():
+    mod = build(parse(GEMM))
+    a, b, c = _gemm_args()
+    with pytest.raises(TypeError, match="takes 3 arguments"):
+        mod(a, b)
+    with pytest.raises(ValueError, match="buffer A: expected shape"):
+        mod(a[:100], b, c)
+    with pytest.raises(ValueError, match="buffer B: expected dtype float32"):
+        mod(a, b.astype("float64"), c)
+    with pytest.raises(ValueError, match="buffer C: .*C-contiguous"):
+        mod(a, b, np.zeros(512, "float32")[::2])
+    with pytest.raises(ValueError, match="buffer A: expected shape"):
+        mod(a.reshape(16, 16), b, c)
+    with pytest.raises(TypeError, match="must be a numpy array"):
+        mod(list(a), b, c)
+    with pytest.raises(ValueError, match="overlap"):
+        mod(a, b, b)
+    c.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        mod(a, b, c)
+
+
+def test_original_buffers_are_checked_not_the_flat_ones():
+    wl = workloads.reduced("GMM", 0, "float32")
+    mod = build(wl.func)
+    inputs = wl.make_inputs(np.random.default_rng())
+    outs = [np.zeros(o.shape, o.dtype) for o in wl.outputs]
+    with pytest.raises(ValueError, match="expected shape"):
+        mod(*[x.reshape(-1) for x in inputs], *outs)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        mod(*[np.asfortranarray(x) if x.ndim > 1 and x.shape[-1] > 1 else x for x in inputs], *outs)
+
+
+def test_time_returns_every_repeat():
+    mod = build(parse(GEMM))
+    a, b, c = _gemm_args()
+    res = mod.time(a, b, c, number=3, repeat=4)
+    assert isinstance(res, TimeResult) and len(res.results) == 4 and res.number == 3
+    assert all(t > 0 for t in res.results)
+    assert res.min <= res.median <= res.max and res.std >= 0 and res.spread >= 0
+    mod.l3_bytes = 1 << 20  # keep the flush buffer at its 64 MiB minimum in the test
+    res = mod.time(a, b, c, repeat=2, min_repeat_ms=1, flush_cache=True)
+    assert res.number >= 1 and len(res.results) == 2
+    assert "median" in str(res)
+
+
+def test_save_and_load_in_another_process(tmp_path):
+    mod = build(parse(GEMM))
+    path = str(tmp_path / "gemm.so")
+    mod.save(path)
+    meta = json.loads(open(path + ".json").read())
+    assert meta["symbol"] == "gemm" and [p["name"] for p in meta["params"]] == ["A", "B", "C"]
+    script = textwrap.dedent(
+        f"""
+        import numpy as np
+        from tensorsearch.runtime import load_module
+        m = load_module({path!r})
+        r = np.random.default_rng()
+        a = r.standard_normal(256).astype("float32"); b = r.standard_normal(256).astype("float32")
+        c = np.zeros(256, "float32")
+        m(a, b, c)
+        np.testing.assert_allclose(c.reshape(16, 16), a.reshape(16, 16) @ b.reshape(16, 16), rtol=1e-5, atol=1e-5)
+        try:
+            m(a, b, c[:10])
+        except ValueError as e:
+            print("checked:", e)
+        print("ok", m.time(a, b, c, repeat=2).median > 0)
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "checked: buffer C" in out.stdout and "ok True" in out.stdout
+    loaded = load_module(path)
+    a, b, c = _gemm_args()
+    loaded.num_threads = 1
+    loaded(a, b, c)
+    np.testing.assert_allclose(c.reshape(16, 16), a.reshape(16, 16) @ b.reshape(16, 16), rtol=1e-5, atol=1e-5)
+
+
+def test_aarch64_cross_compilation(tmp_path):
+    mod = build(parse(GEMM.replace("T.parallel(16)", "T.serial(16)")), AARCH64)
+    asm = mod.assembly
+    assert ".4s" in asm or "v0." in asm  # NEON registers
+    obj = mod.save_object(tmp_path / "gemm_aarch64.o")
+    data = open(obj, "rb").read()
+    assert data[:4] == b"\x7fELF" and int.from_bytes(data[18:20], "little") == 183  # EM_AARCH64
+    with pytest.raises(RuntimeError, match="built for aarch64.*cannot run on this machine"):
+        mod(*_gemm_args())
+    with pytest.raises(RuntimeError, match="save_object"):
+        mod.save(tmp_path / "x.so")
+
+
+def test_aarch64_vectorized_gemm_uses_neon():
+    src = """
+@T.prim_func
+def g(A: T.Buffer((1024,), "float32"), B: T.Buffer((1024,), "float32"), C: T.Buffer((1024,), "float32")):
+    for i in T.serial(32):
+        for k in T.serial(32):
+            for j in T.serial(8):
+                C[T.Ramp(i * 32 + j * 4, 1, 4)] = C[T.Ramp(i * 32 + j * 4, 1, 4)] + T.Broadcast(A[i * 32 + k], 4) * B[T.Ramp(k * 32 + j * 4, 1, 4)]
+"""
+    asm = build(parse(src), AARCH64).assembly
+    assert "fmla" in asm or ("fmul" in asm and "fadd" in asm)
+    assert ".4s" in asm
+
+
+def test_hardware_descriptor_names_are_accepted():
+    hw = pytest.importorskip("tensorsearch.hardware")
+    target = cg.resolve_target(hw.load("host"))
+    assert target.runs_here
+    mod = build(parse(GEMM), hw.load("host"))
+    a, b, c = _gemm_args()
+    mod(a, b, c)
+    np.testing.assert_allclose(c.reshape(16, 16), a.reshape(16, 16) @ b.reshape(16, 16), rtol=1e-5, atol=1e-5)
