@@ -219,3 +219,23 @@ def test_tools_reason_when_missing(monkeypatch):
     assert reason is not None and "aarch64-linux-gnu-gcc" in reason and "qemu-aarch64" in reason
     with pytest.raises(CrossRunError, match="cannot run aarch64 code"):
         run_aarch64(b"", "f", [])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
+    """The whole path: workload -> lower -> LLVM for aarch64 -> object -> qemu, against numpy."""
+    import tensorsearch as ts
+    from tensorsearch import workloads
+
+    wl = workloads.reduced("GMM", 0, dtype)
+    mod = ts.build(wl.func, "arm-graviton2", name="gemm")  # "main" would clash with the harness's main
+    asm = mod.assembly
+    assert ".4s" in asm  # NEON vector registers
+    reason = aarch64_tools_available()
+    if reason is not None:
+        pytest.skip(reason)
+    obj = mod.save_object(tmp_path / "gemm.o")
+    inputs = wl.make_inputs(np.random.default_rng())
+    outputs = [np.zeros(t.shape, t.dtype) for t in wl.outputs]
+    results = run_aarch64(obj, mod.name, [*inputs, *outputs])
+    wl.check(results[len(inputs) :], wl.reference(*inputs))

@@ -153,6 +153,10 @@ def run_aarch64(
         raise CrossRunError(f"cannot run aarch64 code: {reason}")
     if not _IDENT_RE.match(func_name):
         raise ValueError(f"function name {func_name!r} is not a C identifier")
+    if func_name == "main":
+        raise ValueError(
+            "the function is named main, which clashes with the harness's own main; build it with name=..."
+        )
     arrays = list(arrays)
     for i, a in enumerate(arrays):
         if not isinstance(a, np.ndarray):
