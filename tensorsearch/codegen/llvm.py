@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from typing import Any
 
@@ -96,6 +96,14 @@ class Target:
     vector_bits: int = 128
     l3_bytes: int | None = None
     source: Any = field(default=None, compare=False, repr=False)
+    # contract ``a * b + c`` (and ``a * b - c``, ``c - a * b``) in float32/float64 into
+    # ``llvm.fmuladd``, which LLVM turns into one FMA instruction: one rounding instead of two,
+    # so results can differ from the interpreter in the last bit (C's -ffp-contract=on)
+    fp_contract: bool = False
+
+    def with_fp_contract(self, on: bool = True) -> Target:
+        """This target with ``a * b + c`` contraction into FMA switched on (or off)."""
+        return replace(self, fp_contract=on)
 
     @property
     def arch(self) -> str:
@@ -706,11 +714,34 @@ class _CodeGen:
             return self.round_bf16(r) if dt.code == "bfloat" else r
         return getattr(self.b, int_op)(a, b)
 
+    def _fmuladd(self, e: Add | Sub) -> ir.Value | None:
+        """``llvm.fmuladd`` for ``a * b + c``, ``a * b - c`` or ``c - a * b`` when the target
+        contracts (float32/float64 only); None otherwise."""
+        dt = e.dtype
+        if not (self.target.fp_contract and dt.code == "float" and dt.bits in (32, 64)):
+            return None
+        a, b = e.a, e.b
+        if isinstance(a, Mul) and a.dtype == dt:
+            x, y = self.expr(a.a), self.expr(a.b)
+            c = self.expr(b)
+            if isinstance(e, Sub):
+                c = self.b.fneg(c)
+        elif isinstance(b, Mul) and b.dtype == dt:
+            x, y = self.expr(b.a), self.expr(b.b)
+            c = self.expr(a)
+            if isinstance(e, Sub):
+                x = self.b.fneg(x)
+        else:
+            return None
+        return self.call_intrinsic("llvm.fmuladd", [x, y, c])
+
     def e_Add(self, e: Add) -> ir.Value:
-        return self._arith(e, "add", "fadd")
+        r = self._fmuladd(e)
+        return r if r is not None else self._arith(e, "add", "fadd")
 
     def e_Sub(self, e: Sub) -> ir.Value:
-        return self._arith(e, "sub", "fsub")
+        r = self._fmuladd(e)
+        return r if r is not None else self._arith(e, "sub", "fsub")
 
     def e_Mul(self, e: Mul) -> ir.Value:
         return self._arith(e, "mul", "fmul")

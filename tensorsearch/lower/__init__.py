@@ -13,7 +13,9 @@ can run alone (see docs/lowering.md for the lowered form):
 1. ``check_cpu_target``: GPU thread bindings raise :class:`LoweringError`;
 2. ``lower_init``: a block's init runs under ``if v_k == min and ...`` before its body;
 3. ``lower_blocks``: blocks become plain statements (iterators substituted, predicates as ifs,
-   ``Allocate`` for allocated buffers, matched buffers as accesses of their source);
+   ``Allocate`` for allocated buffers, matched buffers as accesses of their source); then
+   ``compact_buffers`` moves each allocation to where its buffer is used, shrunk to the
+   region used there (TVM's CompactBufferAllocation);
 4. ``flatten_buffers``: every buffer becomes one-dimensional;
 5. ``simplify``: indices and conditions simplified, no-op statements removed;
 6. ``unroll_loops``: short UNROLLED loops are unrolled;
@@ -28,6 +30,7 @@ from ..ir.stmt import PrimFunc
 from ..ir.verify import VerifyError, verify
 from .blocks import lower_blocks, lower_init
 from .common import LoweringError
+from .compact import compact_buffers
 from .flatten import flatten_buffers
 from .loops import check_cpu_target, unroll_loops
 from .simplify_pass import simplify
@@ -73,6 +76,7 @@ __all__ = [
     "PIPELINE",
     "LoweringError",
     "check_cpu_target",
+    "compact_buffers",
     "flatten_buffers",
     "lower",
     "lower_blocks",

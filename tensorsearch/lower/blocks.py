@@ -232,17 +232,24 @@ class _ReplaceBuffers(Mutator):
         return self.mapping.get(b, b)
 
 
-def lower_blocks(func: PrimFunc) -> PrimFunc:
+def lower_blocks(func: PrimFunc, compact: bool = True) -> PrimFunc:
     """Replace every block by plain statements.
 
     Block iterators are substituted by their bindings, a non-trivial predicate becomes an
     ``IfThenElse``, ``alloc_buffers`` become ``Allocate`` statements around the block's body (the
     root block's at the top of the function), matched buffers become accesses of their source
     buffer, and reads/writes/annotations are dropped.  A ``buffer_dim_align`` annotation
-    (``storage_align``) gives the allocated buffer padded explicit strides.
+    (``storage_align``) gives the allocated buffer padded explicit strides.  Finally
+    :func:`~tensorsearch.lower.compact.compact_buffers` moves each allocation to where its
+    buffer is used and shrinks it to the region used there (``compact=False`` skips that).
     """
     lowerer = _LowerBlocks(_collect_alignment(func))
     body = lowerer.visit(func.body)
     if lowerer.replace:
         body = _ReplaceBuffers(lowerer.replace).visit(body)
-    return func.with_body(body)
+    func = func.with_body(body)
+    if compact:
+        from .compact import compact_buffers
+
+        func = compact_buffers(func)
+    return func
