@@ -333,6 +333,55 @@ def test_cache_read_chosen_consumers():
     finish(sch, func, CACHE_READ_ONE_CONSUMER)
 
 
+PAD_BLOCKIZED = """
+@T.prim_func
+def main(A: T.Buffer((8, 4), "float32"), P: T.Buffer((10, 4), "float32")):
+    for i in range(10):
+        with T.block("P_o"):
+            vi = T.axis.spatial(10, i)
+            T.reads(A[vi - 1, 0:4])
+            T.writes(P[vi, 0:4])
+            for j in range(4):
+                with T.block("P"):
+                    vj = T.axis.spatial(4, j)
+                    T.reads(A[vi - 1, vj])
+                    T.writes(P[vi, vj])
+                    P[vi, vj] = T.Select(vi >= 1 and vi < 9, A[vi - 1, vj], T.float32(0))
+"""
+
+PAD_BLOCKIZED_CACHE_READ = """
+@T.prim_func
+def main(A: T.Buffer((8, 4), "float32"), P: T.Buffer((10, 4), "float32")):
+    for i in range(10):
+        with T.block("P_o"):
+            vi = T.axis.spatial(10, i)
+            T.reads(A[vi - 1, 0:4])
+            T.writes(P[vi, 0:4])
+            A_global = T.alloc_buffer((8, 4))
+            for ax0, ax1 in T.grid(T.min(vi - 1, 7) - T.max(vi - 1, 0) + 1, 4):
+                with T.block("A_global"):
+                    v0 = T.axis.spatial(8, T.max(vi - 1, 0) + ax0)
+                    v1 = T.axis.spatial(4, ax1)
+                    T.reads(A[v0, v1])
+                    T.writes(A_global[v0, v1])
+                    A_global[v0, v1] = A[v0, v1]
+            for j in range(4):
+                with T.block("P"):
+                    vj = T.axis.spatial(4, j)
+                    T.reads(A_global[vi - 1, vj])
+                    T.writes(P[vi, vj])
+                    P[vi, vj] = T.Select(vi >= 1 and vi < 9, A_global[vi - 1, vj], T.float32(0))
+"""
+
+
+def test_cache_read_of_a_padded_input_copies_only_existing_elements():
+    # the scope block's read region A[vi - 1] reaches row -1 and row 8 (guarded accesses):
+    # the copy stage is clipped to the buffer, the guarded reads of the cache stay guarded
+    sch, func = run(PAD_BLOCKIZED)
+    sch.cache_read(sch.get_block("P"), 0, "global")
+    finish(sch, func, PAD_BLOCKIZED_CACHE_READ)
+
+
 def test_cache_read_errors():
     sch, _ = run(ELEMENTWISE)
     b = sch.get_block("B")

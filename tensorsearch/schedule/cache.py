@@ -196,17 +196,29 @@ def _relaxed_region(region: BufferRegion, realize: BlockRealize, path: tuple[Stm
     start = next(k for k, n in enumerate(path) if n is above)
     dom = {n.loop_var: Range(n.min, n.extent) for n in path[start + 1 :] if isinstance(n, For)}
     outer = {n.loop_var: Range(n.min, n.extent) for n in path[: start + 1] if isinstance(n, For)}
-    ranges = []
-    for r, dim in zip(region.region, region.buffer.shape, strict=True):
+    bounds = []
+    for r in region.region:
         lo = eval_int_set(substitute(r.min, binding), dom).min_value
         hi = eval_int_set(substitute(r.min + r.extent - 1, binding), dom).max_value
-        # a guarded access (padding) may reach past the buffer's edges: copy only what exists
-        if not can_prove(lo >= 0, outer):
+        bounds.append((lo, hi))
+    return _clipped_region(region.buffer, bounds, outer)
+
+
+def _clipped_region(buffer: Buffer, bounds: list[tuple[PrimExpr, PrimExpr]], dom: dict[Var, Range]) -> BufferRegion:
+    """The region ``[lo, hi]`` per dimension, clipped to the buffer's shape.
+
+    A guarded access (padding: ``T.Select(1 <= i, A[i - 1], 0)``) may reach past the buffer's
+    edges; a copy stage must copy only the elements that exist.  ``dom`` holds the ranges of
+    the variables the bounds may use.
+    """
+    ranges = []
+    for (lo, hi), dim in zip(bounds, buffer.shape, strict=True):
+        if not can_prove(lo >= 0, dom):
             lo = simplify(Max(lo, _zero(lo.dtype)))
-        if not can_prove(hi < dim, outer):
+        if not can_prove(hi < dim, dom):
             hi = simplify(Min(hi, dim - 1))
         ranges.append(Range(lo, simplify(hi - lo + 1)))
-    return BufferRegion(region.buffer, tuple(ranges))
+    return BufferRegion(buffer, tuple(ranges))
 
 
 def _copy_stage(name: str, src: Buffer, dst: Buffer, region: BufferRegion) -> Stmt:
@@ -547,6 +559,9 @@ class CachePrimitives(ScheduleState):
         name = self._unique_block_name(f"{buf.name}_{storage_scope}")
         if not writers:
             region = _region_of(scope.reads, buf) or buf.full_region()
+            # the scope's read region may cover guarded accesses past the buffer's edges
+            scope_dom = {iv.var: iv.dom for iv in scope.iter_vars}
+            region = _clipped_region(buf, [(r.min, simplify(r.min + r.extent - 1)) for r in region.region], scope_dom)
             stage = _copy_stage(name, buf, cache, region)
             seq_node: Stmt | None = scope.body if isinstance(scope.body, SeqStmt) else None
             pos = 0
