@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from schedule_util import check_same_results
 
 from tensorsearch import workloads
-from tensorsearch.ir import Block, structural_hash
+from tensorsearch.ir import Block, IntImm, structural_hash
 from tensorsearch.schedule import Schedule, ScheduleError, Trace
 from tensorsearch.schedule.tree import walk_stmts
 
@@ -63,8 +63,9 @@ def step_split(data, sch):
     if not loops:
         return
     loop = data.draw(st.sampled_from(loops), label="loop")
-    extent = int(sch.get(loop).extent.value)
-    if data.draw(st.booleans(), label="sampled"):
+    extent_expr = sch.get(loop).extent
+    extent = extent_expr.value if isinstance(extent_expr, IntImm) else 8  # copy stages may have symbolic extents
+    if isinstance(extent_expr, IntImm) and data.draw(st.booleans(), label="sampled"):
         factors = sch.sample_perfect_tile(loop, n=2, max_innermost_factor=4)
         sch.split(loop, factors)
     else:
