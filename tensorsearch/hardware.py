@@ -10,9 +10,19 @@ A descriptor is a small YAML file (``hardware/<name>.yaml`` at the repository ro
     cores: 2
     vector_bits: 512               # widest SIMD register
     caches: {l1d: 32 KiB, l2: 1 MiB, l3: 32 MiB}      # bytes: an integer, or a number with K/KiB/M/MiB/G/GiB
+    intrinsics: [x86-avx512-vnni]  # optional: intrinsic sets offered (intrinsics/<set>.yaml)
+    gpu: {...}                     # required for kind gpu, forbidden for cpu (see _GPU_FIELDS)
     description: free text         # optional
 
-It is read in exactly one place (:func:`parse`, through ``yaml.safe_load``) into the frozen,
+For a GPU, ``cores`` counts streaming multiprocessors, ``caches.l3`` may be omitted, and ``gpu``
+gives the compute capability, warp size, thread/block limits, shared memory, registers and the
+memory scopes. ``intrinsics`` names intrinsic sets (``tensorsearch.intrin``); each is loaded,
+validated, checked against this target (architecture, features, compute capability, scopes) and
+exposed as :attr:`Hardware.intrinsic_sets` / :attr:`Hardware.intrinsics`. The full schema is in
+docs/hardware-yaml.md.
+
+YAML is read in exactly one place (:func:`read_yaml`, through ``yaml.safe_load``; the intrinsic
+files of ``tensorsearch.intrin`` are read through it too); :func:`parse` builds the frozen,
 hashable :class:`Hardware` dataclass, so a descriptor can key caches of compiled modules. Every
 mistake raises :class:`HardwareError` naming the file, the key path (``caches.l2``), what was
 expected and what was found; unknown keys are errors too (listing the known ones), so a typo never
@@ -43,6 +53,7 @@ from typing import Any
 import yaml
 
 __all__ = [
+    "GPU",
     "Caches",
     "Hardware",
     "HardwareError",
@@ -51,6 +62,7 @@ __all__ = [
     "host",
     "load",
     "parse",
+    "read_yaml",
     "search_path",
 ]
 
@@ -94,7 +106,28 @@ class Caches:
 
     l1d: int
     l2: int
-    l3: int
+    l3: int = 0  # 0: none (GPUs); required for CPUs
+
+
+@dataclass(frozen=True)
+class GPU:
+    """The GPU part of a descriptor (``gpu:``); sizes in bytes, counts per block unless named."""
+
+    compute_capability: tuple[int, int]
+    warp_size: int
+    max_threads_per_block: int
+    max_shared_memory_per_block: int
+    registers_per_block: int
+    registers_per_thread: int
+    memory_scopes: tuple[str, ...]
+    max_threads_per_sm: int | None = None
+    max_shared_memory_per_block_optin: int | None = None
+    shared_memory_per_sm: int | None = None
+
+    @property
+    def sm(self) -> str:
+        """The architecture name nvcc and LLVM use: ``sm_86`` for compute capability 8.6."""
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
 
 
 @dataclass(frozen=True)
@@ -112,6 +145,26 @@ class Hardware:
     description: str = ""
     source: str | None = field(default=None, compare=False)
     note: str | None = field(default=None, compare=False)
+    gpu: GPU | None = None
+    intrinsic_sets: tuple[Any, ...] = ()  # tensorsearch.intrin.IntrinsicSet, in the order listed
+
+    @property
+    def intrinsics(self) -> tuple[Any, ...]:
+        """Every intrinsic (``tensorsearch.intrin.Intrinsic``) of the offered sets, in order."""
+        return tuple(i for s in self.intrinsic_sets for i in s.intrinsics)
+
+    def intrinsic(self, name: str) -> Any:
+        """The offered intrinsic called ``name``; KeyError listing the offered ones otherwise."""
+        for i in self.intrinsics:
+            if i.name == name:
+                return i
+        offered = ", ".join(i.name for i in self.intrinsics) or "(none)"
+        raise KeyError(f"hardware {self.name} offers no intrinsic {name!r}; it offers: {offered}")
+
+    @property
+    def memory_scopes(self) -> tuple[str, ...]:
+        """Storage scopes buffers may live in: the GPU's list, or ("global", "local") on a CPU."""
+        return self.gpu.memory_scopes if self.gpu is not None else ("global", "local")
 
     @property
     def feature_string(self) -> str:
@@ -138,15 +191,23 @@ class Hardware:
 
 
 class _Ctx:
-    def __init__(self, source: str, key: str):
+    """Where a value sits (file and key path) and which error class reports mistakes there."""
+
+    def __init__(self, source: str, key: str, error: type[HardwareError] = HardwareError):
         self.source = source
         self.key = key
+        self.error = error
 
     def child(self, key: str) -> _Ctx:
-        return _Ctx(self.source, f"{self.key}.{key}" if self.key and not key.startswith("[") else self.key + key)
+        sub = f"{self.key}.{key}" if self.key and not key.startswith("[") else self.key + key
+        return _Ctx(self.source, sub, self.error)
 
     def fail(self, expected: str, found: Any) -> HardwareError:
-        return HardwareError(self.source, self.key, expected, found)
+        return self.error(self.source, self.key, expected, found)
+
+    def message(self, text: str, found: Any = None) -> HardwareError:
+        """An error whose whole message (after ``file: key:``) is ``text``."""
+        return self.error(self.source, self.key, "", found, message=text)
 
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -261,6 +322,74 @@ def _caches(value: Any, ctx: _Ctx) -> Caches:
     return Caches(**_parse_mapping(value, ctx, _CACHE_FIELDS, "a mapping of cache sizes"))
 
 
+_CC_RE = re.compile(r"^(\d{1,2})\.(\d)$")
+_SCOPE_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z0-9_]+)*$")
+
+
+def _compute_capability(value: Any, ctx: _Ctx) -> tuple[int, int]:
+    expected = 'a compute capability "major.minor" such as "8.6"'
+    text = f"{value:.1f}" if isinstance(value, float) else value
+    m = _CC_RE.match(text) if isinstance(text, str) else None
+    if m is None or isinstance(value, bool):
+        raise ctx.fail(expected, value)
+    return int(m.group(1)), int(m.group(2))
+
+
+def _power_of_two(what: str) -> Callable[[Any, _Ctx], int]:
+    def parse_pow2(value: Any, ctx: _Ctx) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+            raise ctx.fail(what, value)
+        return value
+
+    return parse_pow2
+
+
+def _scopes(value: Any, ctx: _Ctx) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ctx.fail("a non-empty list of memory scope names such as [global, shared, local]", value)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not _SCOPE_RE.match(item):
+            raise ctx.child(f"[{i}]").fail("a scope name such as shared or wmma.matrix_a", item)
+        if item in out:
+            raise ctx.child(f"[{i}]").fail("each scope once", item)
+        out.append(item)
+    if "global" not in out:
+        raise ctx.fail('a list that includes "global"', value)
+    return tuple(out)
+
+
+def _gpu(value: Any, ctx: _Ctx) -> GPU:
+    gpu = GPU(**_parse_mapping(value, ctx, _GPU_FIELDS, "a mapping of GPU properties"))
+    if gpu.max_threads_per_block % gpu.warp_size:
+        raise ctx.child("max_threads_per_block").fail(
+            f"a multiple of the warp size {gpu.warp_size}", gpu.max_threads_per_block
+        )
+    optin = gpu.max_shared_memory_per_block_optin
+    if optin is not None and optin < gpu.max_shared_memory_per_block:
+        raise ctx.child("max_shared_memory_per_block_optin").fail(
+            f"at least max_shared_memory_per_block ({gpu.max_shared_memory_per_block} bytes)", optin
+        )
+    return gpu
+
+
+_SET_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9._/-]*$")
+
+
+def _intrinsic_names(value: Any, ctx: _Ctx) -> tuple[str, ...]:
+    expected = "an intrinsic set: a name (intrinsics/<name>.yaml) or a path ending in .yaml"
+    if not isinstance(value, list):
+        raise ctx.fail("a list of intrinsic set names such as [x86-avx512-vnni]", value)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not _SET_NAME_RE.match(item):
+            raise ctx.child(f"[{i}]").fail(expected, item)
+        if item in out:
+            raise ctx.child(f"[{i}]").fail("each intrinsic set once", item)
+        out.append(item)
+    return tuple(out)
+
+
 def _description(value: Any, ctx: _Ctx) -> str:
     if not isinstance(value, str):
         raise ctx.fail("a string", value)
@@ -277,12 +406,26 @@ _FIELDS: dict[str, tuple[Callable[[Any, _Ctx], Any], bool]] = {
     "cores": (_positive_int("a positive integer number of cores"), True),
     "vector_bits": (_vector_bits, True),
     "caches": (_caches, True),
+    "gpu": (_gpu, False),
+    "intrinsics": (_intrinsic_names, False),
     "description": (_description, False),
 }
 _CACHE_FIELDS: dict[str, tuple[Callable[[Any, _Ctx], Any], bool]] = {
     "l1d": (_size, True),
     "l2": (_size, True),
-    "l3": (_size, True),
+    "l3": (_size, False),  # required for kind cpu (checked in parse)
+}
+_GPU_FIELDS: dict[str, tuple[Callable[[Any, _Ctx], Any], bool]] = {
+    "compute_capability": (_compute_capability, True),
+    "warp_size": (_power_of_two("a power of two (threads per warp)"), True),
+    "max_threads_per_block": (_positive_int("a positive integer number of threads"), True),
+    "max_shared_memory_per_block": (_size, True),
+    "registers_per_block": (_positive_int("a positive integer number of 32-bit registers"), True),
+    "registers_per_thread": (_positive_int("a positive integer number of 32-bit registers"), True),
+    "memory_scopes": (_scopes, True),
+    "max_threads_per_sm": (_positive_int("a positive integer number of threads"), False),
+    "max_shared_memory_per_block_optin": (_size, False),
+    "shared_memory_per_sm": (_size, False),
 }
 
 
@@ -295,32 +438,66 @@ def _parse_mapping(
     out: dict[str, Any] = {}
     for key in value:
         if key not in fields:
-            sub = ctx.child(str(key))
-            raise HardwareError(
-                sub.source, sub.key, "", key, message=f"unknown key {key!r}; the known keys are: {known}"
-            )
+            raise ctx.child(str(key)).message(f"unknown key {key!r}; the known keys are: {known}", key)
     for key, (parser, required) in fields.items():
         if key in value:
             out[key] = parser(value[key], ctx.child(key))
         elif required:
-            sub = ctx.child(key)
-            raise HardwareError(
-                sub.source, sub.key, "", _MISSING, message=f"missing required key; expected keys: {known}"
-            )
+            raise ctx.child(key).message(f"missing required key; expected keys: {known}", _MISSING)
     return out
 
 
-def parse(text: str, source: str = "<string>") -> Hardware:
-    """Parse one descriptor's YAML text; ``source`` names it in error messages."""
+def read_yaml(text: str, source: str = "<string>", error: type[HardwareError] = HardwareError) -> Any:
+    """The one place YAML is read: ``yaml.safe_load`` of ``text``; a syntax error names ``source``."""
     try:
-        data = yaml.safe_load(text)
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise HardwareError(source, "", "", message=f"not valid YAML{where}: {problem}") from None
-    fields = _parse_mapping(data, _Ctx(source, ""), _FIELDS, "a YAML mapping (a hardware descriptor)")
-    return Hardware(**fields, source=source)
+        raise error(source, "", "", message=f"not valid YAML{where}: {problem}") from None
+
+
+def read_text(path: str | os.PathLike[str], error: type[HardwareError] = HardwareError) -> str:
+    """A descriptor file's text; an unreadable file raises ``error`` naming it."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise error(str(path), "", "", message=f"cannot read: {exc.strerror or exc}") from None
+
+
+def parse(text: str, source: str = "<string>") -> Hardware:
+    """Parse one descriptor's YAML text; ``source`` names it in error messages.
+
+    Intrinsic sets named by a path are resolved relative to ``source``'s directory, and sets
+    named by a name are searched next to it first (see ``tensorsearch.intrin.search_path``).
+    """
+    data = read_yaml(text, source)
+    ctx = _Ctx(source, "")
+    fields = _parse_mapping(data, ctx, _FIELDS, "a YAML mapping (a hardware descriptor)")
+    names = fields.pop("intrinsics", ())
+    hw = Hardware(**fields, source=source)
+    _check_kind(hw, data, ctx)
+    if names:
+        from .intrin import schema  # lazily: tensorsearch.intrin builds on this module
+
+        sets = schema.resolve_sets(hw, names, ctx.child("intrinsics"))
+        hw = dataclasses.replace(hw, intrinsic_sets=sets)
+    return hw
+
+
+def _check_kind(hw: Hardware, data: dict[str, Any], ctx: _Ctx) -> None:
+    """Rules that tie keys together: ``gpu`` exactly for GPUs, ``caches.l3`` for CPUs, sm names."""
+    if hw.kind == "gpu" and hw.gpu is None:
+        raise ctx.child("gpu").message("missing required key for a gpu descriptor (kind: gpu)", _MISSING)
+    if hw.kind == "cpu" and hw.gpu is not None:
+        raise ctx.child("gpu").message("a cpu descriptor (kind: cpu) cannot have a gpu section", data["gpu"])
+    if hw.kind == "cpu" and "l3" not in data["caches"]:
+        raise ctx.child("caches.l3").message("missing required key for a cpu descriptor; expected keys: l1d, l2, l3")
+    if hw.gpu is not None and hw.arch.startswith("nvptx") and hw.cpu.startswith("sm_"):
+        cc = hw.gpu.compute_capability
+        if hw.cpu not in (hw.gpu.sm, hw.gpu.sm + "a"):
+            raise ctx.child("cpu").fail(f"{hw.gpu.sm}, the name of compute capability {cc[0]}.{cc[1]}", hw.cpu)
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,11 +545,7 @@ def _find(name: str) -> Path:
 
 @functools.lru_cache(maxsize=64)
 def _load_file(path: str, mtime_ns: int) -> Hardware:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise HardwareError(path, "", "", message=f"cannot read: {exc.strerror or exc}") from None
-    return parse(text, path)
+    return parse(read_text(path), path)
 
 
 def _load_path(path: Path) -> Hardware:

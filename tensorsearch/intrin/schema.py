@@ -1,0 +1,1068 @@
+"""Tensor intrinsics described in YAML: the schema, the loader, and the objects later passes use.
+
+An intrinsic file (``intrinsics/<set>.yaml``) is an *intrinsic set*: a target (``llvm`` or
+``cuda``), the requirements a hardware descriptor must meet to offer it, a list of intrinsics, and
+for multi-instruction units (WMMA) the roles its intrinsics play. Each intrinsic is the paper's
+(section 4.1) and Exo's three parts: operands (shape, dtype, memory scope, layout constraints,
+role), the semantics as one statement over the operands with named iterators (built into a
+one-block PrimFunc by :mod:`tensorsearch.intrin.semantics`), and the implementation (an LLVM call
+built from operand vectors, or a CUDA code template). docs/hardware-yaml.md is the full schema.
+
+The YAML text is read by :func:`tensorsearch.hardware.read_yaml` (``yaml.safe_load``), the one
+place the project reads YAML. Every mistake raises :class:`IntrinsicError` (a
+:class:`~tensorsearch.hardware.HardwareError`) naming the file, the key path, what was expected and
+what was found. Files are found on :func:`search_path` and loaded once per (path, mtime).
+"""
+
+from __future__ import annotations
+
+import functools
+import keyword
+import os
+import re
+import string
+import sys
+from collections.abc import Callable, Mapping
+from collections.abc import Iterator as _It
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from .. import hardware as _hw
+from ..hardware import HardwareError, _Ctx, _parse_mapping
+from ..ir import Block, Buffer, DataType, IterType, PrimFunc, parse_dtype
+from .semantics import SemanticsIR, build_semantics
+
+__all__ = [
+    "CudaImpl",
+    "Intrinsic",
+    "IntrinsicError",
+    "IntrinsicSet",
+    "Iterator",
+    "LLVMArg",
+    "LLVMImpl",
+    "Operand",
+    "Requirements",
+    "Unit",
+    "available",
+    "find",
+    "load_intrinsic",
+    "parse_set",
+    "search_path",
+]
+
+
+class IntrinsicError(HardwareError):
+    """A malformed intrinsic file, or an intrinsic set a hardware descriptor cannot offer."""
+
+
+ROLES = ("input", "output", "accumulator")
+TARGETS = ("llvm", "cuda")
+UNIT_ROLES = ("compute", "init", "load", "store")
+MEMORY_SCOPES = ("global", "shared", "local")  # addressable scopes; any other scope is a fragment
+
+# --------------------------------------------------------------------------------------------
+# The objects
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One operand of an intrinsic: a ``shape`` region of ``dtype`` elements in ``scope``.
+
+    Layout constraints on the region it is applied to: ``contiguous`` (one dense row-major block,
+    e.g. loaded as one vector), else ``row_stride`` ("any", or a fixed stride in elements; the
+    innermost dimension is dense) with ``row_stride_multiple``; neither: no constraint (opaque
+    fragments). ``alignment`` is the required alignment of the first element in bytes (0: the
+    element's own).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: DataType
+    role: str  # input | output | accumulator
+    scope: str = "global"
+    contiguous: bool = False
+    row_stride: str | int | None = None
+    row_stride_multiple: int = 1
+    alignment: int = 0
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for s in self.shape:
+            n *= s
+        return n
+
+    @property
+    def vector_type(self) -> DataType:
+        """The whole operand as one vector: ``int8x64`` for a 16x4 int8 operand."""
+        return self.dtype.with_lanes(self.numel)
+
+    @property
+    def is_written(self) -> bool:
+        return self.role != "input"
+
+    @property
+    def layout(self) -> str:
+        """``"contiguous"``, ``"strided_rows"`` (dense rows at some row stride) or ``"any"``."""
+        return "contiguous" if self.contiguous else "strided_rows" if self.row_stride is not None else "any"
+
+
+@dataclass(frozen=True)
+class Iterator:
+    """A named iterator of the semantics: kind spatial or reduce, domain ``[0, extent)``."""
+
+    name: str
+    kind: IterType
+    extent: int
+
+
+@dataclass(frozen=True)
+class LLVMArg:
+    """One argument of the LLVM call.
+
+    Either the whole ``operand`` region loaded as one vector of type ``load`` and then transformed
+    by ``steps`` in order -- ``("reinterpret", DataType)`` is a bitcast to a type of the same total
+    bits, ``("broadcast", n)`` repeats a scalar into ``n`` lanes -- or a ``constant`` of ``dtype``.
+    """
+
+    operand: str | None
+    load: DataType | None
+    steps: tuple[tuple[str, Any], ...] = ()
+    constant: int | float | None = None
+    constant_dtype: DataType | None = None
+
+    @property
+    def dtype(self) -> DataType:
+        """The type of the value passed (after all steps)."""
+        if self.operand is None:
+            assert self.constant_dtype is not None
+            return self.constant_dtype
+        t = self.load
+        assert t is not None
+        for kind, arg in self.steps:
+            t = arg if kind == "reinterpret" else t.with_lanes(arg)
+        return t
+
+
+@dataclass(frozen=True)
+class LLVMImpl:
+    """``store = intrinsic(args...)``: the result (type ``returns``) is stored over operand ``store``."""
+
+    intrinsic: str
+    args: tuple[LLVMArg, ...]
+    returns: DataType
+    store: str
+    kind: str = "llvm"
+
+    @property
+    def signature(self) -> tuple[DataType, tuple[DataType, ...]]:
+        """(result type, argument types), as the call is declared."""
+        return self.returns, tuple(a.dtype for a in self.args)
+
+
+@dataclass(frozen=True)
+class CudaImpl:
+    """A CUDA C statement template; ``{X}`` is operand X, ``{X.stride}`` its row stride.
+
+    ``{X}`` stands for a pointer to the first element of X's region when X is in a memory scope
+    (global, shared, local), and for the fragment variable when X is in a fragment scope; then
+    ``fragments`` gives, per such operand, the declaration template (with ``{name}``) of that
+    fragment. ``includes`` are the headers the template needs.
+    """
+
+    template: str
+    placeholders: tuple[str, ...]
+    includes: tuple[str, ...] = ()
+    fragments: tuple[tuple[str, str], ...] = ()  # (operand name, declaration template with {name})
+    kind: str = "cuda"
+
+    def render(self, values: Mapping[str, str]) -> str:
+        """The template with each placeholder (``"A"``, ``"A.stride"``) replaced by ``values[...]``."""
+        missing = [p for p in self.placeholders if p not in values]
+        if missing:
+            raise KeyError(f"render needs a value for the placeholders {missing} of {self.template!r}")
+        out = []
+        for literal, fname, _spec, _conv in string.Formatter().parse(self.template):
+            out.append(literal)
+            if fname is not None:
+                out.append(str(values[fname]))
+        return "".join(out)
+
+    def declare(self, operand: str, name: str) -> str:
+        """The declaration of the fragment variable ``name`` for fragment operand ``operand``."""
+        return dict(self.fragments)[operand].replace("{name}", name)
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a hardware descriptor needs to offer a set: a kind, arches, features, a compute capability."""
+
+    target: str
+    arch: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    compute_capability: tuple[int, int] | None = None
+
+    def why_not(self, hw: Any) -> str | None:
+        """None when ``hw`` (a Hardware) meets the requirements, else the reason in words."""
+        kind = "cpu" if self.target == "llvm" else "gpu"
+        if hw.kind != kind:
+            return f"the set targets {self.target} (kind {kind}) but {hw.name} is kind {hw.kind}"
+        if self.arch and hw.arch not in self.arch:
+            return f"the set needs architecture {' or '.join(self.arch)} but {hw.name} is {hw.arch}"
+        missing = [f for f in self.features if not hw.has_feature(f)]
+        if missing:
+            return f"the set needs features {', '.join(missing)}, missing from {hw.name}'s features"
+        if self.compute_capability is not None:
+            have = hw.gpu.compute_capability if hw.gpu is not None else None
+            if have is None or have < self.compute_capability:
+                need = ".".join(map(str, self.compute_capability))
+                got = ".".join(map(str, have)) if have else "none"
+                return f"the set needs compute capability {need} or newer but {hw.name} has {got}"
+        return None
+
+
+@dataclass(frozen=True)
+class Unit:
+    """A multi-instruction unit (WMMA): the intrinsics that together run ``compute`` on fragments.
+
+    ``loads`` pairs each compute input operand with the intrinsic that fills its fragment.
+    """
+
+    name: str
+    compute: str
+    init: str | None = None
+    loads: tuple[tuple[str, str], ...] = ()
+    store: str | None = None
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        names = [self.compute, self.init, *(n for _, n in self.loads), self.store]
+        return tuple(n for n in names if n is not None)
+
+
+@dataclass(frozen=True)
+class Intrinsic:
+    """A tensor intrinsic: operands, iterators, semantics (text and IR), implementation.
+
+    ``role`` is ``compute`` unless a unit uses it as ``init``, ``load`` or ``store``; ``units``
+    names the units it belongs to. Frozen and hashable (the IR is carried along, not compared).
+    """
+
+    name: str
+    target: str  # llvm | cuda
+    operands: tuple[Operand, ...]
+    iterators: tuple[Iterator, ...]
+    semantics: str
+    impl: LLVMImpl | CudaImpl
+    requires: Requirements
+    set_name: str
+    role: str = "compute"
+    units: tuple[str, ...] = ()
+    description: str = ""
+    source: str | None = field(default=None, compare=False)
+    ir: SemanticsIR | None = field(default=None, compare=False, repr=False)
+
+    # operands and iterators ----------------------------------------------------------
+    def operand(self, name: str) -> Operand:
+        for o in self.operands:
+            if o.name == name:
+                return o
+        raise KeyError(f"intrinsic {self.name} has no operand {name!r}; it has {[o.name for o in self.operands]}")
+
+    @property
+    def inputs(self) -> tuple[Operand, ...]:
+        return tuple(o for o in self.operands if o.role == "input")
+
+    @property
+    def output(self) -> Operand:
+        """The one operand the semantics writes (role output or accumulator)."""
+        return next(o for o in self.operands if o.is_written)
+
+    @property
+    def accumulate(self) -> bool:
+        """Whether the semantics accumulates (``+=``) into an accumulator."""
+        return self.output.role == "accumulator"
+
+    @property
+    def spatial_iterators(self) -> tuple[Iterator, ...]:
+        return tuple(i for i in self.iterators if i.kind == IterType.SPATIAL)
+
+    @property
+    def reduce_iterators(self) -> tuple[Iterator, ...]:
+        return tuple(i for i in self.iterators if i.kind == IterType.REDUCE)
+
+    # IR --------------------------------------------------------------------------------
+    def _ir(self) -> SemanticsIR:
+        if self.ir is None:
+            raise ValueError(f"intrinsic {self.name} was built without its semantics IR")
+        return self.ir
+
+    def desc_func(self) -> PrimFunc:
+        """The semantics as a PrimFunc: one block (named after the intrinsic) inside the root.
+
+        Parameters are the operand buffers in operand order (compact, in the operands' scopes);
+        loops follow the iterators' order; the block has no init: an accumulator is read and
+        written (``C[..] = C[..] + value``). The same object is returned on every call.
+        """
+        return self._ir().func
+
+    def desc_block(self) -> Block:
+        """The one block of :meth:`desc_func`."""
+        return self._ir().block
+
+    @property
+    def buffers(self) -> dict[str, Buffer]:
+        """Operand name -> the buffer of :meth:`desc_func`."""
+        return dict(self._ir().buffers)
+
+    # targets ---------------------------------------------------------------------------
+    def why_not(self, hw: Any) -> str | None:
+        """None when ``hw`` (a Hardware or a name/path for ``hardware.load``) can run it, else why not."""
+        hw = _hw.load(hw)
+        reason = self.requires.why_not(hw)
+        if reason is not None:
+            return f"{self.name}: {reason}"
+        for o in self.operands:
+            if o.scope not in hw.memory_scopes:
+                return f"{self.name}: operand {o.name} is in scope {o.scope}, which {hw.name} does not have"
+        return None
+
+    def for_target(self, hw: Any) -> bool:
+        """Whether ``hw`` can run this intrinsic (see :meth:`why_not`)."""
+        return self.why_not(hw) is None
+
+
+@dataclass(frozen=True)
+class IntrinsicSet:
+    """The contents of one intrinsic file."""
+
+    name: str
+    target: str
+    requires: Requirements
+    intrinsics: tuple[Intrinsic, ...]
+    units: tuple[Unit, ...] = ()
+    description: str = ""
+    source: str | None = field(default=None, compare=False)
+
+    def __getitem__(self, name: str) -> Intrinsic:
+        for i in self.intrinsics:
+            if i.name == name:
+                return i
+        raise KeyError(f"intrinsic set {self.name} has no intrinsic {name!r}; it has {self.names}")
+
+    def __iter__(self) -> _It[Intrinsic]:
+        return iter(self.intrinsics)
+
+    def __len__(self) -> int:
+        return len(self.intrinsics)
+
+    @property
+    def names(self) -> list[str]:
+        return [i.name for i in self.intrinsics]
+
+    def unit(self, name: str) -> Unit:
+        for u in self.units:
+            if u.name == name:
+                return u
+        raise KeyError(f"intrinsic set {self.name} has no unit {name!r}; it has {[u.name for u in self.units]}")
+
+
+# --------------------------------------------------------------------------------------------
+# Field parsers (value, ctx) -> value
+
+
+_Parser = Callable[[Any, _Ctx], Any]
+_IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_INTRIN_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
+_LLVM_NAME_RE = re.compile(r"^llvm(\.[A-Za-z0-9_]+)+$")
+_HEADER_RE = re.compile(r"^[A-Za-z0-9_./-]+$")
+
+
+def _str(value: Any, ctx: _Ctx) -> str:
+    if not isinstance(value, str):
+        raise ctx.fail("a string", value)
+    return value
+
+
+def _nonempty_str(value: Any, ctx: _Ctx) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ctx.fail("a non-empty string", value)
+    return value
+
+
+def _regex(pattern: re.Pattern[str], what: str) -> _Parser:
+    def parse(value: Any, ctx: _Ctx) -> str:
+        if not isinstance(value, str) or not pattern.match(value):
+            raise ctx.fail(what, value)
+        return value
+
+    return parse
+
+
+def _ident(value: Any, ctx: _Ctx) -> str:
+    expected = "a name that is a Python identifier (letters, digits, '_'), not a keyword, type or function name"
+    if not isinstance(value, str) or not _IDENT_RE.match(value) or keyword.iskeyword(value):
+        raise ctx.fail(expected, value)
+    if value in ("cast", "min", "max") or _is_dtype(value):
+        raise ctx.fail(expected, value)
+    return value
+
+
+def _is_dtype(text: str) -> bool:
+    try:
+        parse_dtype(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _dtype(value: Any, ctx: _Ctx) -> DataType:
+    expected = "a data type such as int8, uint8, int32, float16 or float32"
+    if not isinstance(value, str) or not _is_dtype(value):
+        raise ctx.fail(expected, value)
+    t = parse_dtype(value)
+    if t.is_handle or t.lanes != 1:
+        raise ctx.fail(expected + " (a scalar type)", value)
+    return t
+
+
+def _vector_dtype(value: Any, ctx: _Ctx) -> DataType:
+    expected = "a scalar or vector data type such as int32, int8x64 or int32x16"
+    if not isinstance(value, str) or not _is_dtype(value) or parse_dtype(value).is_handle:
+        raise ctx.fail(expected, value)
+    return parse_dtype(value)
+
+
+def _pos_int(what: str) -> _Parser:
+    def parse(value: Any, ctx: _Ctx) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ctx.fail(what, value)
+        return value
+
+    return parse
+
+
+def _bool(value: Any, ctx: _Ctx) -> bool:
+    if not isinstance(value, bool):
+        raise ctx.fail("true or false", value)
+    return value
+
+
+def _one_of(options: tuple[str, ...]) -> _Parser:
+    def parse(value: Any, ctx: _Ctx) -> str:
+        if value not in options:
+            raise ctx.fail("one of " + ", ".join(options), value)
+        return value
+
+    return parse
+
+
+def _shape(value: Any, ctx: _Ctx) -> tuple[int, ...]:
+    expected = "a shape: a non-empty list of positive integers such as [16, 4]"
+    if not isinstance(value, list) or not value:
+        raise ctx.fail(expected, value)
+    for i, s in enumerate(value):
+        if isinstance(s, bool) or not isinstance(s, int) or s < 1:
+            raise ctx.child(f"[{i}]").fail("a positive integer extent", s)
+    return tuple(value)
+
+
+def _row_stride(value: Any, ctx: _Ctx) -> str | int:
+    if value == "any" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ctx.fail('"any" or a positive integer row stride in elements', value)
+
+
+def _alignment(value: Any, ctx: _Ctx) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+        raise ctx.fail("a power of two number of bytes", value)
+    return value
+
+
+def _scope(value: Any, ctx: _Ctx) -> str:
+    return _regex(_hw._SCOPE_RE, "a memory scope such as global, shared or wmma.matrix_a")(value, ctx)
+
+
+def _list_of(item: _Parser, what: str, nonempty: bool = True) -> _Parser:
+    def parse(value: Any, ctx: _Ctx) -> tuple[Any, ...]:
+        if not isinstance(value, list) or (nonempty and not value):
+            raise ctx.fail(what, value)
+        return tuple(item(v, ctx.child(f"[{i}]")) for i, v in enumerate(value))
+
+    return parse
+
+
+def _mapping(fields: dict[str, tuple[_Parser, bool]], what: str) -> _Parser:
+    def parse(value: Any, ctx: _Ctx) -> dict[str, Any]:
+        return _parse_mapping(value, ctx, fields, what)
+
+    return parse
+
+
+def _raw(value: Any, ctx: _Ctx) -> Any:
+    return value
+
+
+_OPERAND_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "name": (_ident, True),
+    "shape": (_shape, True),
+    "dtype": (_dtype, True),
+    "role": (_one_of(ROLES), True),
+    "scope": (_scope, False),
+    "contiguous": (_bool, False),
+    "row_stride": (_row_stride, False),
+    "row_stride_multiple": (_pos_int("a positive integer number of elements"), False),
+    "alignment": (_alignment, False),
+    "description": (_str, False),
+}
+
+
+def _operand(value: Any, ctx: _Ctx) -> Operand:
+    f = _parse_mapping(value, ctx, _OPERAND_FIELDS, "an operand mapping")
+    f.pop("description", None)
+    op = Operand(**f)
+    if op.contiguous and op.row_stride is not None:
+        raise ctx.child("row_stride").message(
+            "a contiguous operand has no separate row stride; give contiguous: true or row_stride, not both",
+            op.row_stride,
+        )
+    if "row_stride_multiple" in f and op.row_stride != "any":
+        raise ctx.child("row_stride_multiple").message("only meaningful with row_stride: any", op.row_stride_multiple)
+    if op.row_stride is not None and len(op.shape) < 2:
+        raise ctx.child("row_stride").message(
+            f"a row stride needs at least 2 dimensions; operand {op.name} has shape {list(op.shape)}", op.row_stride
+        )
+    if isinstance(op.row_stride, int) and op.row_stride < op.shape[-1]:
+        raise ctx.child("row_stride").fail(
+            f"a row stride of at least the row length {op.shape[-1]} (rows may not overlap)", op.row_stride
+        )
+    return op
+
+
+_ITERATOR_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "name": (_ident, True),
+    "kind": (_one_of(("spatial", "reduce")), True),
+    "extent": (_pos_int("a positive integer extent"), True),
+}
+
+
+def _iterator(value: Any, ctx: _Ctx) -> Iterator:
+    f = _parse_mapping(value, ctx, _ITERATOR_FIELDS, "an iterator mapping")
+    return Iterator(f["name"], IterType(f["kind"]), f["extent"])
+
+
+def _features(value: Any, ctx: _Ctx) -> tuple[str, ...]:
+    return _hw._features(value, ctx)
+
+
+def _arches(value: Any, ctx: _Ctx) -> tuple[str, ...]:
+    arches = _list_of(_one_of(_hw._KNOWN_ARCHES), "a list of architectures such as [x86_64]")(value, ctx)
+    return arches
+
+
+_LLVM_REQ_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "arch": (_arches, True),
+    "features": (_features, False),
+}
+_CUDA_REQ_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "compute_capability": (_hw._compute_capability, True),
+}
+
+_FRAGMENT_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "scope": (_scope, True),
+    "dtype": (_dtype, True),
+    "declare": (_nonempty_str, True),
+}
+_CUDA_SET_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "includes": (_list_of(_regex(_HEADER_RE, "a header name such as mma.h"), "a list of header names", False), False),
+    "fragments": (_list_of(_mapping(_FRAGMENT_FIELDS, "a fragment mapping"), "a list of fragments", False), False),
+}
+
+_LLVM_ARG_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "operand": (_raw, False),
+    "load": (_vector_dtype, False),
+    "then": (_raw, False),
+    "constant": (_raw, False),
+    "dtype": (_vector_dtype, False),
+}
+_LLVM_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "intrinsic": (_regex(_LLVM_NAME_RE, "an LLVM intrinsic name such as llvm.x86.avx512.vpdpbusd.512"), True),
+    "args": (_raw, True),
+    "returns": (_vector_dtype, True),
+    "store": (_raw, True),
+}
+_CUDA_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "template": (_nonempty_str, True),
+}
+
+
+def _intrinsic_fields(target: str) -> dict[str, tuple[_Parser, bool]]:
+    return {
+        "name": (_regex(_INTRIN_NAME_RE, "an intrinsic name of letters, digits, '_' and '.'"), True),
+        "description": (_str, False),
+        "operands": (_list_of(_operand, "a non-empty list of operands"), True),
+        "iterators": (_list_of(_iterator, "a non-empty list of iterators"), True),
+        "semantics": (_nonempty_str, True),
+        target: (_raw, True),  # llvm or cuda, checked against the operands afterwards
+    }
+
+
+_UNIT_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "name": (_regex(_INTRIN_NAME_RE, "a unit name of letters, digits, '_' and '.'"), True),
+    "compute": (_raw, True),
+    "init": (_raw, False),
+    "load": (_raw, False),
+    "store": (_raw, False),
+}
+
+
+def _set_fields(target: str) -> dict[str, tuple[_Parser, bool]]:
+    fields: dict[str, tuple[_Parser, bool]] = {
+        "name": (_regex(_hw._NAME_RE, "a set name of letters, digits, '.', '_' and '-'"), True),
+        "target": (_one_of(TARGETS), True),
+        "requires": (_raw, True),
+        "description": (_str, False),
+    }
+    if target == "cuda":
+        fields["cuda"] = (_mapping(_CUDA_SET_FIELDS, "a mapping with includes and fragments"), False)
+    fields["intrinsics"] = (_raw, True)
+    fields["units"] = (_raw, False)
+    return fields
+
+
+# --------------------------------------------------------------------------------------------
+# Cross-checks: implementation against operands, units against intrinsics
+
+
+def _operand_ref(value: Any, ctx: _Ctx, operands: dict[str, Operand]) -> Operand:
+    if not isinstance(value, str) or value not in operands:
+        known = ", ".join(operands)
+        raise ctx.message(f"unknown operand {value!r}; expected one of the intrinsic's operands: {known}", value)
+    return operands[value]
+
+
+def _llvm_impl(value: Any, ctx: _Ctx, operands: dict[str, Operand], written: Operand) -> LLVMImpl:
+    f = _parse_mapping(value, ctx, _LLVM_FIELDS, "an LLVM implementation mapping")
+    args_ctx = ctx.child("args")
+    if not isinstance(f["args"], list) or not f["args"]:
+        raise args_ctx.fail("a non-empty list of call arguments", f["args"])
+    args = tuple(_llvm_arg(v, args_ctx.child(f"[{i}]"), operands) for i, v in enumerate(f["args"]))
+    store = _operand_ref(f["store"], ctx.child("store"), operands)
+    if store is not written:
+        raise ctx.child("store").fail(f"{written.name}, the operand the semantics writes", store.name)
+    if f["returns"] != store.vector_type:
+        raise ctx.child("returns").fail(
+            f"{store.vector_type}: the stored operand {store.name} ({list(store.shape)} {store.dtype}) as one vector",
+            str(f["returns"]),
+        )
+    if store.numel > 1 and not store.contiguous:
+        raise ctx.child("store").message(
+            f"operand {store.name} is stored as one vector, so it must declare contiguous: true", store.name
+        )
+    passed = {a.operand for a in args}
+    for o in operands.values():
+        if o.role != "output" and o.name not in passed:
+            raise args_ctx.message(
+                f"operand {o.name} (role {o.role}) is never passed to {f['intrinsic']}; "
+                "every input and accumulator operand must be an argument",
+                [a.operand for a in args],
+            )
+    return LLVMImpl(f["intrinsic"], args, f["returns"], store.name)
+
+
+def _llvm_arg(value: Any, ctx: _Ctx, operands: dict[str, Operand]) -> LLVMArg:
+    f = _parse_mapping(value, ctx, _LLVM_ARG_FIELDS, "an argument mapping ({operand, load, then} or {constant, dtype})")
+    if "operand" in f:
+        for bad in ("constant", "dtype"):
+            if bad in f:
+                raise ctx.child(bad).message(f"an operand argument has no {bad!r}; use load and then", f[bad])
+        op = _operand_ref(f["operand"], ctx.child("operand"), operands)
+        if "load" not in f:
+            raise ctx.child("load").message(
+                f"missing required key; expected the vector type of the whole operand, {op.vector_type}", None
+            )
+        if f["load"] != op.vector_type:
+            raise ctx.child("load").fail(
+                f"{op.vector_type}: the whole operand {op.name} ({list(op.shape)} {op.dtype}) as one vector",
+                str(f["load"]),
+            )
+        if op.numel > 1 and not op.contiguous:
+            raise ctx.child("load").message(
+                f"operand {op.name} is loaded as one vector, so it must declare contiguous: true", op.name
+            )
+        steps = _steps(f.get("then", []), ctx.child("then"), f["load"])
+        return LLVMArg(op.name, f["load"], steps)
+    if "constant" in f:
+        if "dtype" not in f:
+            raise ctx.child("dtype").message("missing required key; a constant argument needs its dtype", None)
+        c = f["constant"]
+        if isinstance(c, bool) or not isinstance(c, int | float) or (isinstance(c, float) and not f["dtype"].is_float):
+            raise ctx.child("constant").fail(f"a number of type {f['dtype']}", c)
+        return LLVMArg(None, None, (), c, f["dtype"])
+    raise ctx.message("an argument needs either operand (with load) or constant (with dtype)", value)
+
+
+def _steps(value: Any, ctx: _Ctx, start: DataType) -> tuple[tuple[str, Any], ...]:
+    expected = "a list of steps such as [reinterpret: int32, broadcast: 16]"
+    if not isinstance(value, list):
+        raise ctx.fail(expected, value)
+    out: list[tuple[str, Any]] = []
+    t = start
+    for i, step in enumerate(value):
+        sub = ctx.child(f"[{i}]")
+        if not isinstance(step, dict) or len(step) != 1:
+            raise sub.fail("one step: {reinterpret: TYPE} or {broadcast: LANES}", step)
+        ((kind, arg),) = step.items()
+        if kind == "reinterpret":
+            new = _vector_dtype(arg, sub.child("reinterpret"))
+            if new.bits * new.lanes != t.bits * t.lanes:
+                raise sub.child("reinterpret").fail(
+                    f"a type of {t.bits * t.lanes} bits, the size of the {t} value reinterpreted", str(new)
+                )
+            out.append(("reinterpret", new))
+            t = new
+        elif kind == "broadcast":
+            lanes = _pos_int("a number of lanes of at least 2")(arg, sub.child("broadcast"))
+            if lanes < 2:
+                raise sub.child("broadcast").fail("a number of lanes of at least 2", arg)
+            if t.lanes != 1:
+                raise sub.child("broadcast").message(f"only a scalar can be broadcast; the value here is {t}", arg)
+            out.append(("broadcast", lanes))
+            t = t.with_lanes(lanes)
+        else:
+            raise sub.child(str(kind)).message(f"unknown step {kind!r}; the steps are reinterpret and broadcast", kind)
+    return tuple(out)
+
+
+def _cuda_impl(
+    value: Any, ctx: _Ctx, operands: dict[str, Operand], includes: tuple[str, ...], fragments: dict
+) -> CudaImpl:
+    f = _parse_mapping(value, ctx, _CUDA_FIELDS, "a CUDA implementation mapping")
+    tctx = ctx.child("template")
+    try:
+        parsed = list(string.Formatter().parse(f["template"]))
+    except ValueError as e:
+        raise tctx.message(f"bad template ({e}); write a literal brace as {{{{ or }}}}", f["template"]) from None
+    placeholders: list[str] = []
+    for _lit, fname, spec, conv in parsed:
+        if fname is None:
+            continue
+        name, _, attr = fname.partition(".")
+        if name not in operands:
+            raise tctx.message(
+                f"placeholder {{{fname}}} names no operand; the operands are {', '.join(operands)}", fname
+            )
+        op = operands[name]
+        if spec or conv:
+            raise tctx.message(f"placeholder {{{fname}}} may not have a format spec or conversion", fname)
+        if attr and attr != "stride":
+            raise tctx.message(f"placeholder {{{fname}}}: unknown attribute {attr!r}; the one known is stride", fname)
+        if attr == "stride" and (op.scope not in MEMORY_SCOPES or op.layout == "any"):
+            raise tctx.message(
+                f"placeholder {{{fname}}}: operand {name} has no row stride "
+                "(it needs a memory scope and row_stride or contiguous)",
+                fname,
+            )
+        if fname not in placeholders:
+            placeholders.append(fname)
+    for o in operands.values():
+        if o.name not in placeholders:
+            raise tctx.message(f"operand {o.name} does not appear in the template as {{{o.name}}}", f["template"])
+    decls = []
+    for o in operands.values():
+        if o.scope not in MEMORY_SCOPES:
+            decl = fragments.get((o.scope, o.dtype))
+            if decl is None:
+                raise tctx.message(
+                    f"operand {o.name} is in fragment scope {o.scope} with dtype {o.dtype}, but the set's "
+                    "cuda.fragments declares no fragment for that scope and dtype",
+                    o.scope,
+                )
+            decls.append((o.name, decl))
+    return CudaImpl(f["template"], tuple(placeholders), includes, tuple(decls))
+
+
+def _intrinsic(
+    value: Any, ctx: _Ctx, target: str, requires: Requirements, set_name: str, source: str, cuda: dict
+) -> Intrinsic:
+    f = _parse_mapping(value, ctx, _intrinsic_fields(target), f"an intrinsic mapping (target {target})")
+    operands: dict[str, Operand] = {}
+    for i, o in enumerate(f["operands"]):
+        if o.name in operands:
+            raise ctx.child(f"operands[{i}].name").fail("each operand name once", o.name)
+        operands[o.name] = o
+    iterators: dict[str, Iterator] = {}
+    for i, it in enumerate(f["iterators"]):
+        if it.name in iterators or it.name in operands:
+            raise ctx.child(f"iterators[{i}].name").fail("a name not used by another iterator or operand", it.name)
+        iterators[it.name] = it
+    written = [o for o in operands.values() if o.is_written]
+    if len(written) != 1:
+        raise ctx.child("operands").message(
+            f"exactly one operand must have role output or accumulator; found {len(written)}: "
+            f"{', '.join(o.name for o in written) or 'none'}",
+            [o.name for o in written],
+        )
+    ir = build_semantics(f["semantics"], f["operands"], f["iterators"], f["name"], ctx.child("semantics"))
+    if target == "llvm":
+        impl: LLVMImpl | CudaImpl = _llvm_impl(f["llvm"], ctx.child("llvm"), operands, written[0])
+    else:
+        impl = _cuda_impl(f["cuda"], ctx.child("cuda"), operands, cuda["includes"], cuda["fragments"])
+    return Intrinsic(
+        name=f["name"],
+        target=target,
+        operands=f["operands"],
+        iterators=f["iterators"],
+        semantics=f["semantics"].strip(),
+        impl=impl,
+        requires=requires,
+        set_name=set_name,
+        description=f.get("description", ""),
+        source=source,
+        ir=ir,
+    )
+
+
+def _unit(value: Any, ctx: _Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
+    f = _parse_mapping(value, ctx, _UNIT_FIELDS, "a unit mapping")
+
+    def ref(v: Any, sub: _Ctx) -> Intrinsic:
+        if not isinstance(v, str) or v not in intrinsics:
+            raise sub.message(f"unknown intrinsic {v!r}; this set defines: {', '.join(intrinsics)}", v)
+        return intrinsics[v]
+
+    compute = ref(f["compute"], ctx.child("compute"))
+    acc = compute.output
+
+    def same(frag: Any, want: Operand, sub: _Ctx, what: str) -> None:
+        got = (frag.scope, frag.dtype, frag.shape)
+        need = (want.scope, want.dtype, want.shape)
+        if got != need:
+            fmt = "scope {}, dtype {}, shape {}"
+            raise sub.fail(
+                f"{what} in {fmt.format(need[0], need[1], list(need[2]))} (as {compute.name} uses it)",
+                fmt.format(got[0], got[1], list(got[2])),
+            )
+
+    init = None
+    if "init" in f:
+        intr = ref(f["init"], ctx.child("init"))
+        same(intr.output, acc, ctx.child("init"), f"an init intrinsic writing {acc.name}")
+        init = intr.name
+    loads: list[tuple[str, str]] = []
+    if "load" in f:
+        lctx = ctx.child("load")
+        if not isinstance(f["load"], dict):
+            raise lctx.fail(
+                "a mapping from compute operand to load intrinsic, such as {A: load_a, B: load_b}", f["load"]
+            )
+        for opname, iname in f["load"].items():
+            sub = lctx.child(str(opname))
+            if opname not in [o.name for o in compute.inputs]:
+                raise sub.message(
+                    f"{opname!r} is not an input operand of {compute.name}; its inputs are "
+                    f"{', '.join(o.name for o in compute.inputs)}",
+                    opname,
+                )
+            intr = ref(iname, sub)
+            same(intr.output, compute.operand(opname), sub, f"a load intrinsic writing operand {opname}")
+            loads.append((opname, intr.name))
+    store = None
+    if "store" in f:
+        intr = ref(f["store"], ctx.child("store"))
+        if not any((o.scope, o.dtype, o.shape) == (acc.scope, acc.dtype, acc.shape) for o in intr.inputs):
+            raise ctx.child("store").fail(
+                f"a store intrinsic reading an operand in scope {acc.scope}, dtype {acc.dtype}, shape {list(acc.shape)}",
+                [f"{o.name}: {o.scope} {o.dtype} {list(o.shape)}" for o in intr.inputs],
+            )
+        store = intr.name
+    return Unit(f["name"], compute.name, init, tuple(loads), store)
+
+
+def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
+    """Parse one intrinsic file's YAML text; ``source`` names it in error messages."""
+    data = _hw.read_yaml(text, source, IntrinsicError)
+    ctx = _Ctx(source, "", IntrinsicError)
+    what = "a YAML mapping (an intrinsic set)"
+    target = "llvm"  # the table that reports a missing target (or a non-mapping document)
+    if isinstance(data, dict) and "target" in data:
+        target = _one_of(TARGETS)(data["target"], ctx.child("target"))
+    f = _parse_mapping(data, ctx, _set_fields(target), what)
+    if source != "<string>" and Path(source).stem != f["name"]:
+        raise ctx.child("name").fail(f"{Path(source).stem!r}, the file's name without .yaml", f["name"])
+    rctx = ctx.child("requires")
+    table = _LLVM_REQ_FIELDS if target == "llvm" else _CUDA_REQ_FIELDS
+    req = _parse_mapping(f["requires"], rctx, table, f"a mapping of requirements for target {target}")
+    requires = Requirements(target, **req)
+    cuda = {"includes": (), "fragments": {}}
+    if target == "cuda":
+        c = f.get("cuda", {})
+        cuda["includes"] = c.get("includes", ())
+        for i, frag in enumerate(c.get("fragments", ())):
+            key = (frag["scope"], frag["dtype"])
+            if frag["scope"] in MEMORY_SCOPES:
+                raise ctx.child(f"cuda.fragments[{i}].scope").fail("a fragment scope (not global/shared/local)", key[0])
+            if key in cuda["fragments"]:
+                raise ctx.child(f"cuda.fragments[{i}]").fail("each (scope, dtype) once", f"{key[0]} {key[1]}")
+            cuda["fragments"][key] = frag["declare"]
+    ictx = ctx.child("intrinsics")
+    if not isinstance(f["intrinsics"], list) or not f["intrinsics"]:
+        raise ictx.fail("a non-empty list of intrinsics", f["intrinsics"])
+    intrinsics: dict[str, Intrinsic] = {}
+    for i, v in enumerate(f["intrinsics"]):
+        intr = _intrinsic(v, ictx.child(f"[{i}]"), target, requires, f["name"], source, cuda)
+        if intr.name in intrinsics:
+            raise ictx.child(f"[{i}].name").fail("each intrinsic name once in a set", intr.name)
+        intrinsics[intr.name] = intr
+    units: list[Unit] = []
+    if "units" in f:
+        uctx = ctx.child("units")
+        if not isinstance(f["units"], list):
+            raise uctx.fail("a list of units", f["units"])
+        for i, v in enumerate(f["units"]):
+            u = _unit(v, uctx.child(f"[{i}]"), intrinsics)
+            if u.name in [x.name for x in units] or u.name in intrinsics:
+                raise uctx.child(f"[{i}].name").fail("a unit name not used by another unit or intrinsic", u.name)
+            units.append(u)
+    roles: dict[str, tuple[str, str]] = {}
+    for i, u in enumerate(units):
+        played = [(u.compute, "compute"), (u.init, "init"), *((n, "load") for _, n in u.loads), (u.store, "store")]
+        for name, role in played:
+            if name is None:
+                continue
+            if name in roles and roles[name][0] != role:
+                raise ctx.child(f"units[{i}]").message(
+                    f"intrinsic {name} plays role {role} here but {roles[name][0]} in unit {roles[name][1]}", name
+                )
+            roles.setdefault(name, (role, u.name))
+    final = tuple(
+        replace(
+            intr,
+            role=roles.get(intr.name, ("compute", ""))[0],
+            units=tuple(u.name for u in units if intr.name in u.members),
+        )
+        for intr in intrinsics.values()
+    )
+    return IntrinsicSet(f["name"], target, requires, final, tuple(units), f.get("description", ""), source)
+
+
+# --------------------------------------------------------------------------------------------
+# Finding and loading files
+
+
+def search_path(near: str | os.PathLike[str] | None = None) -> list[Path]:
+    """Directories searched for ``<set>.yaml``, in order (existing ones only).
+
+    ``near`` (a hardware file's directory) first adds ``near/intrinsics`` and
+    ``near/../intrinsics``; then ``TENSORSEARCH_INTRINSICS_PATH`` (``os.pathsep``-separated), the
+    repository's ``intrinsics/`` and ``<sys.prefix>/share/tensorsearch/intrinsics``.
+    """
+    dirs: list[Path] = []
+    if near is not None:
+        dirs += [Path(near) / "intrinsics", Path(near).parent / "intrinsics"]
+    env = os.environ.get("TENSORSEARCH_INTRINSICS_PATH")
+    if env:
+        dirs += [Path(p) for p in env.split(os.pathsep) if p]
+    dirs.append(Path(__file__).resolve().parent.parent.parent / "intrinsics")
+    dirs.append(Path(sys.prefix) / "share" / "tensorsearch" / "intrinsics")
+    seen: list[Path] = []
+    for d in dirs:
+        d = d.resolve() if d.exists() else d
+        if d.is_dir() and d not in seen:
+            seen.append(d)
+    return seen
+
+
+def available(near: str | os.PathLike[str] | None = None) -> list[str]:
+    """Names of the intrinsic sets found on :func:`search_path` (first one wins per name)."""
+    names: list[str] = []
+    for d in search_path(near):
+        for p in sorted(d.glob("*.yaml")):
+            if p.stem not in names:
+                names.append(p.stem)
+    return names
+
+
+def find(name: str, near: str | os.PathLike[str] | None = None) -> Path | None:
+    """The file of set ``name`` on :func:`search_path`, or None."""
+    for d in search_path(near):
+        p = d / f"{name}.yaml"
+        if p.is_file():
+            return p
+    return None
+
+
+@functools.lru_cache(maxsize=128)
+def _load_file(path: str, mtime_ns: int) -> IntrinsicSet:
+    return parse_set(_hw.read_text(path, IntrinsicError), path)
+
+
+def _load_path(path: Path) -> IntrinsicSet:
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise IntrinsicError(str(path), "", "", message=f"cannot read: {exc.strerror or exc}") from None
+    return _load_file(str(path), mtime)
+
+
+def _is_path(text: str) -> bool:
+    return os.sep in text or "/" in text or text.endswith((".yaml", ".yml"))
+
+
+def load_intrinsic(path_or_name: str | os.PathLike[str]) -> IntrinsicSet:
+    """Load one intrinsic file: a path, or a set name on :func:`search_path`.
+
+    Returns its :class:`IntrinsicSet` (iterable; ``set[name]`` gives one :class:`Intrinsic`).
+    """
+    if isinstance(path_or_name, os.PathLike) or _is_path(str(path_or_name)):
+        return _load_path(Path(path_or_name))
+    path = find(str(path_or_name))
+    if path is None:
+        dirs = ", ".join(str(d) for d in search_path()) or "(none exist)"
+        raise IntrinsicError(
+            repr(path_or_name),
+            "",
+            "",
+            message=f"no such intrinsic set; known: {', '.join(available()) or '(none)'}; searched {dirs}",
+        )
+    return _load_path(path)
+
+
+def resolve_sets(hw: Any, names: tuple[str, ...], ctx: _Ctx) -> tuple[IntrinsicSet, ...]:
+    """Load the sets a hardware descriptor lists (``ctx`` is its ``intrinsics`` key) and check them."""
+    near = Path(hw.source).resolve().parent if hw.source and hw.source != "<string>" else None
+    sets: list[IntrinsicSet] = []
+    seen: dict[str, str] = {}
+    for i, name in enumerate(names):
+        sub = ctx.child(f"[{i}]")
+        if _is_path(name):
+            path = Path(name) if Path(name).is_absolute() or near is None else near / name
+            if not path.is_file():
+                raise sub.message(f"intrinsic set file {path} does not exist", name)
+        else:
+            found = find(name, near)
+            if found is None:
+                dirs = ", ".join(str(d) for d in search_path(near)) or "(none exist)"
+                known = ", ".join(available(near)) or "(none)"
+                raise sub.message(f"unknown intrinsic set {name!r}; known sets: {known}; searched {dirs}", name)
+            path = found
+        iset = _load_path(path)
+        reason = iset.requires.why_not(hw)
+        if reason is not None:
+            raise sub.message(f"intrinsic set {iset.name} cannot be offered by {hw.name}: {reason}", name)
+        for intr in iset.intrinsics:
+            for o in intr.operands:
+                if o.scope not in hw.memory_scopes:
+                    raise sub.message(
+                        f"intrinsic {intr.name} of set {iset.name} has operand {o.name} in scope {o.scope}, "
+                        f"which {hw.name} does not have (its scopes: {', '.join(hw.memory_scopes)})",
+                        name,
+                    )
+            if intr.name in seen:
+                raise sub.message(
+                    f"intrinsic {intr.name} is defined by both set {seen[intr.name]} and {iset.name}", name
+                )
+            seen[intr.name] = iset.name
+        sets.append(iset)
+    return tuple(sets)
