@@ -412,6 +412,7 @@ def test_debug_mode_names_the_pass_that_broke_the_program():
     assert [p.__name__ for p in PIPELINE] == [
         "check_cpu_target",
         "lower_init",
+        "lower_intrin",
         "lower_blocks",
         "flatten_buffers",
         "simplify",

@@ -12,6 +12,8 @@ can run alone (see docs/lowering.md for the lowered form):
 
 1. ``check_cpu_target``: GPU thread bindings raise :class:`LoweringError`;
 2. ``lower_init``: a block's init runs under ``if v_k == min and ...`` before its body;
+   then ``lower_intrin``: vector accesses of tensorized tiles (1-D matched buffers read as one
+   vector) become vector accesses of their contiguous source regions;
 3. ``lower_blocks``: blocks become plain statements (iterators substituted, predicates as ifs,
    ``Allocate`` for allocated buffers, matched buffers as accesses of their source); then
    ``compact_buffers`` moves each allocation to where its buffer is used, shrunk to the
@@ -32,6 +34,7 @@ from .blocks import lower_blocks, lower_init
 from .common import LoweringError
 from .compact import compact_buffers
 from .flatten import flatten_buffers
+from .intrin import lower_intrin
 from .loops import check_cpu_target, unroll_loops
 from .simplify_pass import simplify
 from .vectorize import vectorize_loops
@@ -41,6 +44,7 @@ Pass = Callable[[PrimFunc], PrimFunc]
 PIPELINE: list[Pass] = [
     check_cpu_target,
     lower_init,
+    lower_intrin,
     lower_blocks,
     flatten_buffers,
     simplify,
@@ -81,6 +85,7 @@ __all__ = [
     "lower",
     "lower_blocks",
     "lower_init",
+    "lower_intrin",
     "simplify",
     "unroll_loops",
     "vectorize_loops",

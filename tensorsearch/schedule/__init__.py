@@ -19,4 +19,5 @@ from .errors import (
 )
 from .rv import BlockRV, ExprRV, LoopRV
 from .schedule import Schedule
+from .tensorize import TensorizeError
 from .trace import INSTRUCTION_KINDS, Instruction, InstructionKind, Trace

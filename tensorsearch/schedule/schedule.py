@@ -9,6 +9,7 @@ from .lookup import LookupPrimitives
 from .loops import LoopPrimitives
 from .reduction import ReductionPrimitives
 from .sampling import SamplingPrimitives
+from .tensorize import TensorizePrimitives
 
 
 class Schedule(
@@ -19,6 +20,7 @@ class Schedule(
     CachePrimitives,
     ReductionPrimitives,
     BlockizePrimitives,
+    TensorizePrimitives,
 ):
     """Transform a PrimFunc with validated primitives, recording every step in ``trace``.
 
