@@ -1,4 +1,5 @@
-"""``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR."""
+"""``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR;
+``tensorsearch match NAME --hardware HW`` explains how its blocks map onto the target's tensor intrinsics."""
 
 from __future__ import annotations
 
@@ -46,6 +47,36 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_match(args: argparse.Namespace) -> int:
+    from .. import hardware, workloads
+    from ..intrin import match
+    from ..ir import BlockRealize, post_order_visit
+
+    wl = workloads.get(args.name, args.index, args.dtype)
+    hw = hardware.load(args.hardware)
+    intrinsics = [i for i in hw.intrinsics if i.role == "compute"]
+    blocks: list[str] = []
+
+    def visit(n: object) -> None:
+        if isinstance(n, BlockRealize) and n.block.name != "root" and n.block.name not in blocks:
+            blocks.append(n.block.name)
+
+    post_order_visit(wl.func.body, visit)
+    if args.block is not None:
+        if args.block not in blocks:
+            raise ValueError(f"workload {wl.name} has no block {args.block!r}; its blocks are: {', '.join(blocks)}")
+        blocks = [args.block]
+    skipped = [i.name for i in hw.intrinsics if i.role != "compute"]
+    print(f"# {wl.name}[{wl.index}] {wl.dtype} args={wl.args} on {hw.name}: {len(intrinsics)} compute intrinsic(s)")
+    if skipped:
+        print(f"# not matched on their own (load/init/store members of a unit): {', '.join(skipped)}")
+    for intrin in intrinsics:
+        for name in blocks:
+            print()
+            print(match(wl.func, name, intrin))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorsearch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,6 +88,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
     p.add_argument("--trace", metavar="FILE.json", help="apply a schedule trace (JSON, as Trace.as_json writes) first")
     p.set_defaults(fn=_cmd_show)
+    p = sub.add_parser("match", help="explain how a workload's blocks map onto a target's tensor intrinsics")
+    p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
+    p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
+    p.add_argument("--dtype", default="int8", help="int8 (default), float16 or float32")
+    p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
+    p.add_argument("--block", help="match only this block (default: every block)")
+    p.set_defaults(fn=_cmd_match)
     return parser
 
 

@@ -5,8 +5,14 @@
 target offers. Each :class:`Intrinsic` has ``name``, ``operands``, ``iterators``, ``semantics``
 (text; ``desc_func()`` is the same computation as a one-block PrimFunc), ``impl`` (an
 :class:`LLVMImpl` or :class:`CudaImpl`) and ``for_target(hw)``. docs/hardware-yaml.md has the schema.
+
+``match(func, block_name, intrin)`` (the matcher, paper section 4.2) returns a
+:class:`MatchReport` whose ``feasible`` lists the mappings with their loop plans and whose
+``str()`` explains every rejection; ``tile_with_intrin(sch, block, intrin)`` performs a mapping
+with schedule primitives and returns the blockized block, ready for ``sch.tensorize``.
 """
 
+from .matcher import IterMapping, Mapping, MatchReport, OperandPlan, Rejection, match
 from .schema import (
     CudaImpl,
     Intrinsic,
@@ -25,22 +31,30 @@ from .schema import (
     search_path,
 )
 from .semantics import SemanticsIR
+from .tile import tile_with_intrin
 
 __all__ = [
     "CudaImpl",
     "Intrinsic",
     "IntrinsicError",
     "IntrinsicSet",
+    "IterMapping",
     "Iterator",
     "LLVMArg",
     "LLVMImpl",
+    "Mapping",
+    "MatchReport",
     "Operand",
+    "OperandPlan",
+    "Rejection",
     "Requirements",
     "SemanticsIR",
     "Unit",
     "available",
     "find",
     "load_intrinsic",
+    "match",
     "parse_set",
     "search_path",
+    "tile_with_intrin",
 ]

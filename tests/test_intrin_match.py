@@ -1,0 +1,251 @@
+"""The auto-tensorization matcher and tile_with_intrin (issue 5, parts 3 and 4's tiling step).
+
+Each report is checked for the mapping it states (which workload iterators play which intrinsic
+iterator, the padding, the layout transforms) and for the reasons it gives; tile_with_intrin's
+programs verify, compute exactly what the original computes on fresh random inputs, and replay
+from their traces.
+"""
+
+from __future__ import annotations
+
+import pytest
+from schedule_util import check_same_results, check_trace_round_trip
+
+from tensorsearch import hardware, te, workloads
+from tensorsearch.cli.main import main
+from tensorsearch.intrin import MatchReport, match, tile_with_intrin
+from tensorsearch.ir import BlockRealize, For, verify
+from tensorsearch.schedule import InvalidArgument, Schedule
+
+VNNI = "vnni_dot_16x4_u8i8i32"
+
+
+@pytest.fixture(scope="module")
+def vnni():
+    return hardware.load("x86-emeraldrapids").intrinsic(VNNI)
+
+
+def gemm_nk(m: int, n: int, k: int):
+    """C[i, j] = sum_k A[i, k] * W[j, k]: the weight in plain [N, K] layout."""
+    a = te.placeholder((m, k), "uint8", "A")
+    w = te.placeholder((n, k), "int8", "W")
+    r = te.reduce_axis((0, k), "k")
+    c = te.compute((m, n), lambda i, j: te.sum(te.cast(a[i, r], "int32") * te.cast(w[j, r], "int32"), axis=r), name="C")
+    return te.create_prim_func([a, w, c])
+
+
+def gemm_prepacked(m: int, n: int, k: int):
+    """The weight already in VNNI's tile layout: W[k // 4, n, k % 4]."""
+    a = te.placeholder((m, k), "uint8", "A")
+    w = te.placeholder((k // 4, n, 4), "int8", "W")
+    ko = te.reduce_axis((0, k // 4), "ko")
+    ki = te.reduce_axis((0, 4), "ki")
+    c = te.compute(
+        (m, n),
+        lambda i, j: te.sum(te.cast(a[i, ko * 4 + ki], "int32") * te.cast(w[ko, j, ki], "int32"), axis=[ko, ki]),
+        name="C",
+    )
+    return te.create_prim_func([a, w, c])
+
+
+def _iters(mapping) -> dict[str, tuple[str, ...]]:
+    return {m.intrin_iter: m.workload_iters for m in mapping.iterators}
+
+
+# ----------------------------------------------------------------------------------------------
+# the matcher
+
+
+def test_gmm_int8_vnni_mapping(vnni):
+    func = workloads.make("GMM", (1, 64, 64, 64), "int8").func
+    report = match(func, "Z", vnni)
+    assert isinstance(report, MatchReport) and report
+    assert len(report.feasible) == 1
+    m = report.best
+    assert m.binding == (("A", "X"), ("B", "Y"), ("C", "Z"))
+    # GEMM: j indexes B and C -> the intrinsic's i; k indexes A and B -> k; b and i stay outside
+    assert _iters(m) == {"i": ("v_j",), "k": ("v_k",)}
+    assert m.outer == ("v_bb", "v_i")
+    assert [(it.workload_extent, it.padding) for it in m.iterators] == [(64, 0), (64, 0)]
+    assert m.operand("A").in_place and m.operand("C").in_place
+    # layout safety: Y is [K, N]; the 16x4 tile's rows are strided, so B is packed first
+    b = m.operand("B")
+    assert not b.in_place and "strided" in b.why
+    assert b.access == ("read", 1)
+    assert b.index_map == "lambda v_bb, v_j, v_k: (v_bb, v_k // 4, v_j, v_k % 4)"
+    assert b.packed_shape == (1, 16, 64, 4)
+    # the swapped binding is rejected for its types
+    assert [r.reason for r in report.infeasible] == [
+        "operand A is int8 (workload buffer Y), the intrinsic reads uint8; "
+        "operand B is uint8 (workload buffer X), the intrinsic reads int8"
+    ]
+    text = str(report)
+    assert "1 feasible mapping(s)" in text
+    assert "i (spatial, extent 16) <- v_j (extent 64; 4 tiles)" in text
+    assert "v_j spatial (B, C)" in text and "v_k reduce (A, B)" in text and "v_i spatial (A, C)" in text
+    assert "LAYOUT TRANSFORM" in text
+
+
+def test_gmm_float32_vnni_rejected_for_dtypes(vnni):
+    report = match(workloads.make("GMM", (1, 32, 32, 32), "float32").func, "Z", vnni)
+    assert not report and report.feasible == []
+    reason = report.infeasible[0].reason
+    assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in reason
+    assert "operand A is float32 (workload buffer X), the intrinsic reads uint8" in reason
+    assert "operand C is float32 (workload buffer Z), the intrinsic writes int32" in reason
+    assert "the intrinsic casts to int32 where the block has no cast" in reason
+    assert "NO feasible mapping" in str(report)
+
+
+def test_gmm_int8_sdot_rejected_for_uint8_data():
+    sdot = hardware.load("arm-graviton2").intrinsic("neon_sdot_4x4_i8i8i32")
+    report = match(workloads.make("GMM", (1, 16, 16, 16), "int8").func, "Z", sdot)
+    assert not report
+    assert any(
+        "operand A is uint8 (workload buffer X), the intrinsic reads int8" in r.reason for r in report.infeasible
+    )
+
+
+def test_c2d_int8_vnni_mappings(vnni):
+    """rc alone onto k is best (no padding, A in place); fusing rh*rw*rc onto k is also listed."""
+    func = workloads.make("C2D", (1, 8, 8, 16, 16, 3, 1, 1), "int8").func
+    report = match(func, "conv2d_nhwc", vnni)
+    maps = [_iters(m) for m in report.feasible]
+    assert maps[0] == {"i": ("v_cc",), "k": ("v_rc",)}
+    assert {"i": ("v_cc",), "k": ("v_rh", "v_rw", "v_rc")} in maps
+    assert {"i": ("v_cc",), "k": ("v_rh",)} in maps and {"i": ("v_cc",), "k": ("v_rw",)} in maps
+    best = report.best
+    assert best.outer == ("v_nn", "v_hh", "v_ww", "v_rh", "v_rw")
+    assert best.operand("A").in_place  # PadInput[n, h + rh, w + rw, rc]: 4 consecutive rc are dense
+    assert best.operand("B").index_map == "lambda v_cc, v_rh, v_rw, v_rc: (v_rh, v_rw, v_rc // 4, v_cc, v_rc % 4)"
+    fused = next(m for m in report.feasible if m.fused)
+    assert fused.iterators[1].workload_extent == 144 and fused.iterators[1].padding == 0
+    assert not fused.operand("A").in_place  # im2col-like staging
+    assert fused.operand("B").packed_shape == (36, 16, 4)
+    padded = next(m for m in report.feasible if _iters(m)["k"] == ("v_rh",))
+    assert padded.padding == {"v_rh": 1}
+    assert report.feasible.index(padded) > report.feasible.index(fused)  # padding ranks last
+
+
+def test_dep_int8_vnni_explains_why_not(vnni):
+    func = workloads.make("DEP", (1, 8, 8, 16, 3, 1, 1), "int8").func
+    report = match(func, "depth_conv2d_nhwc", vnni)
+    assert not report
+    reason = report.infeasible[0].reason
+    assert reason.startswith(
+        "no workload iterator plays the role of i: it is a spatial iterator that indexes (B, C) but not A"
+    )
+    # the depthwise channel indexes the input too, so it cannot be the intrinsic's i
+    assert "v_cc has the kind but also indexes A, which i must not index, so it cannot play i" in reason
+    assert "v_cc (spatial) indexes (A, B, C)" in reason
+    assert "v_rh (reduce) indexes (A, B)" in reason
+
+
+def test_plain_nk_weight_flagged_for_layout_transform(vnni):
+    func = gemm_nk(8, 32, 16)
+    m = match(func, "C", vnni).best
+    assert _iters(m) == {"i": ("v_j",), "k": ("v_k",)}
+    b = m.operand("B")
+    assert not b.in_place and "rows are strided" in b.why
+    assert b.index_map == "lambda v_j, v_k: (v_k // 4, v_j, v_k % 4)"
+
+
+def test_prepacked_weight_is_read_in_place(vnni):
+    m = match(gemm_prepacked(4, 32, 16), "C", vnni).best
+    assert _iters(m) == {"i": ("v_j",), "k": ("v_ki",)}
+    assert m.transforms == ()
+
+
+def test_non_update_block_is_rejected(vnni):
+    func = workloads.make("C2D", (1, 8, 8, 16, 16, 3, 1, 1), "int8").func
+    report = match(func, "PadInput", vnni)
+    assert not report and "accumulates" in report.infeasible[0].reason
+    with pytest.raises(ValueError, match="no block 'nope'; its blocks are: PadInput, conv2d_nhwc"):
+        match(func, "nope", vnni)
+
+
+# ----------------------------------------------------------------------------------------------
+# tile_with_intrin
+
+
+def _tile(func, block: str, intrin):
+    sch = Schedule(func)
+    outer = tile_with_intrin(sch, sch.get_block(block), intrin)
+    verify(sch.func)
+    check_same_results(func, sch.func)
+    check_trace_round_trip(sch, func)
+    return sch, outer
+
+
+def test_tile_gmm_int8_vnni(vnni):
+    func = workloads.make("GMM", (1, 64, 64, 64), "int8").func
+    sch, outer = _tile(func, "Z", vnni)
+    blk = sch.get(outer)
+    assert blk.name == "Z_update_o" and blk.init is None
+    # the body: the intrinsic's loops (16 then 4) around the inner block
+    loop = blk.body
+    assert isinstance(loop, For) and loop.extent.value == 16
+    assert isinstance(loop.body, For) and loop.body.extent.value == 4
+    assert isinstance(loop.body.body, BlockRealize) and loop.body.body.block.name == "Z_update"
+    # B's tile is read from the packed buffer: [16, 4] as the last two dimensions, whole rows of 4
+    packed = next(r for r in blk.reads if r.buffer.name == "Y_reindex")
+    assert [int(s.value) for s in packed.buffer.shape] == [1, 16, 64, 4]
+    assert [int(r.extent.value) for r in packed.region] == [1, 1, 16, 4]
+    kinds = [inst.kind.name for inst in sch.trace.insts]
+    for step in ("reindex", "transform_layout", "decompose_reduction", "split", "reorder", "blockize"):
+        assert step in kinds
+    assert "Z_init" in sch.func.script()
+
+
+def test_tile_plain_nk_weight_and_padding(vnni):
+    _tile(gemm_nk(8, 32, 16), "C", vnni)
+    sch, _ = _tile(gemm_nk(5, 30, 18), "C", vnni)  # 30 -> 32 and 18 -> 20: pad_einsum
+    assert "pad_einsum" in [inst.kind.name for inst in sch.trace.insts]
+
+
+def test_tile_gmm_padding_and_prepacked(vnni):
+    _tile(workloads.make("GMM", (1, 8, 20, 10), "int8").func, "Z", vnni)
+    sch, _ = _tile(gemm_prepacked(4, 32, 16), "C", vnni)
+    kinds = [inst.kind.name for inst in sch.trace.insts]
+    assert "reindex" not in kinds and "transform_layout" not in kinds
+
+
+def test_tile_c2d_int8_vnni(vnni):
+    func = workloads.make("C2D", (1, 4, 4, 8, 32, 3, 1, 1), "int8").func
+    sch, outer = _tile(func, "conv2d_nhwc", vnni)
+    assert sch.get(outer).name == "conv2d_nhwc_update_o"
+
+
+def test_tile_refusals_leave_schedule_untouched(vnni):
+    func = workloads.make("DEP", (1, 8, 8, 16, 3, 1, 1), "int8").func
+    sch = Schedule(func)
+    with pytest.raises(InvalidArgument, match="no workload iterator plays the role of i"):
+        tile_with_intrin(sch, sch.get_block("depth_conv2d_nhwc"), vnni)
+    assert sch.func is func and len(sch.trace.insts) == 1  # only get_block
+    c2d = workloads.make("C2D", (1, 4, 4, 8, 16, 3, 1, 1), "int8").func
+    sch = Schedule(c2d)
+    report = match(c2d, "conv2d_nhwc", vnni)
+    fused = next(m for m in report.feasible if m.fused)
+    with pytest.raises(InvalidArgument, match="only unfused mappings are performed"):
+        tile_with_intrin(sch, sch.get_block("conv2d_nhwc"), vnni, fused)
+    assert sch.func is c2d
+
+
+# ----------------------------------------------------------------------------------------------
+# the CLI
+
+
+def test_cli_match(capsys):
+    assert main(["match", "GMM", "--hardware", "x86-emeraldrapids"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("# GMM[0] int8 args=(1, 128, 128, 128) on x86-emeraldrapids")
+    assert f"block Z vs intrinsic {VNNI}: 1 feasible mapping(s)" in out
+    assert "i (spatial, extent 16) <- v_j (extent 128; 8 tiles)" in out
+    assert main(["match", "DEP", "--hardware", "x86-emeraldrapids", "--block", "depth_conv2d_nhwc"]) == 0
+    out = capsys.readouterr().out
+    assert "NO feasible mapping" in out and "no workload iterator plays the role of i" in out
+    assert "PadInput" not in out.split("\n")[2]
+    assert main(["match", "GMM", "--dtype", "float32", "--hardware", "x86-emeraldrapids"]) == 0
+    assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in capsys.readouterr().out
+    assert main(["match", "GMM", "--hardware", "x86-emeraldrapids", "--block", "nope"]) == 2
+    assert "has no block 'nope'" in capsys.readouterr().err
