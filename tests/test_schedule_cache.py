@@ -963,3 +963,18 @@ def test_transform_block_layout_errors():
         NotAffineBinding,
         "trivial binding",
     )
+
+
+def test_cache_write_refuses_a_block_whose_enclosing_block_writes_the_buffer():
+    """Found by the compiled fuzz: after blockize the outer block's init still zeroed Z while the
+    inner block's updates went to the cache, which compiled code then copied back uninitialized."""
+    from tensorsearch import workloads
+
+    func = workloads.make("GMM", (1, 4, 4, 4)).func
+    sch = Schedule(func)
+    _, i, _, _ = sch.get_loops(sch.get_block("Z"))
+    sch.blockize(i)
+    before, length = sch.func, len(sch.trace)
+    with pytest.raises(CacheError, match="buffer Z is also written by the enclosing block Z_o"):
+        sch.cache_write(sch.get_block("Z"), 0, "global")
+    assert sch.func is before and len(sch.trace) == length + 1  # only the get_block lookup

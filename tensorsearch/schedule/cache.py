@@ -650,6 +650,13 @@ class CachePrimitives(ScheduleState):
                 f"block {blk.name} must be its only producer",
                 block=blk.name,
             )
+        for outer in loc.path[:-1]:
+            if isinstance(outer, Block) and outer.name != "root" and _writes_buffer(outer, buf):
+                raise CacheError(
+                    f"cache_write: buffer {buf.name} is also written by the enclosing block {outer.name} "
+                    f"(its init or its own writes); redirecting only block {blk.name}'s writes would split them",
+                    block=blk.name,
+                )
         direct = self._consumer_list(consumer_blocks, scope, buf, "cache_write") or []
         consumers = [r.block for r in children if r.block is not blk and _reads_buffer(r.block, buf)]
         related = [c for c in consumers if not any(c is d for d in direct)]
