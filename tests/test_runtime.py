@@ -172,3 +172,32 @@ def test_hardware_descriptor_names_are_accepted():
     a, b, c = _gemm_args()
     mod(a, b, c)
     np.testing.assert_allclose(c.reshape(16, 16), a.reshape(16, 16) @ b.reshape(16, 16), rtol=1e-5, atol=1e-5)
+
+
+def test_first_module_of_a_process_links_the_c_library():
+    # regression: LLVM searches the process's symbols only once an execution engine exists, so the
+    # first module built in a fresh process failed on aligned_alloc/free (heap buffers) and erf (libm)
+    code = textwrap.dedent(
+        '''
+        import numpy as np
+        from tensorsearch.runtime import build
+        from tensorsearch.script import parse
+        f = parse("""
+        @T.prim_func
+        def f(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
+            with T.allocate((64,), "float32", scope="global") as G:
+                for i in T.serial(64):
+                    G[i] = T.erf(A[i])
+                for i in T.serial(64):
+                    B[i] = G[63 - i]
+        """)
+        a = np.random.default_rng().uniform(-2, 2, 64).astype("float32")
+        b = np.zeros(64, "float32")
+        build(f)(a, b)
+        import math
+        np.testing.assert_allclose(b, [math.erf(x) for x in a[::-1]], rtol=1e-6, atol=1e-6)
+        print("ok")
+        '''
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr

@@ -121,6 +121,34 @@ def _load_gomp() -> str:
     return path
 
 
+def _resolve_symbol(name: str) -> bool:
+    """Whether MCJIT can link ``name``; C library functions (malloc, free, erf) are registered first.
+
+    LLVM searches the process's own symbols only after the first execution engine was created,
+    so a process's first module calling ``aligned_alloc`` or libm would not resolve them.
+    """
+    import llvmlite.binding as llvm
+
+    if llvm.address_of_symbol(name):
+        return True
+    for lib in _c_libraries():
+        fn = getattr(lib, name, None)
+        addr = None if fn is None else ctypes.cast(fn, ctypes.c_void_p).value
+        if addr:
+            llvm.add_symbol(name, addr)
+            return True
+    return False
+
+
+@cache
+def _c_libraries() -> tuple[ctypes.CDLL, ...]:
+    libs = [ctypes.CDLL(None)]
+    path = ctypes.util.find_library("m")
+    if path is not None:
+        libs.append(ctypes.CDLL(path))
+    return tuple(libs)
+
+
 class _Runnable:
     """Argument checking, calling and timing shared by JIT-compiled and loaded modules."""
 
@@ -256,7 +284,7 @@ class Module(_Runnable):
             missing = [
                 f.name
                 for f in opt.functions
-                if f.is_declaration and not f.name.startswith("llvm.") and not llvm.address_of_symbol(f.name)
+                if f.is_declaration and not f.name.startswith("llvm.") and not _resolve_symbol(f.name)
             ]
             if missing:  # MCJIT would crash on an unresolved symbol
                 raise RuntimeError(f"module {name} calls functions that are not loaded in this process: {missing}")
