@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -308,3 +309,33 @@ def test_an_intrinsic_from_a_new_yaml_file(tmp_path):
     c = np.zeros((M, N), np.int32) + 5
     mod(a, b, c)
     np.testing.assert_array_equal(c, reference(a, unpack(b)))
+
+
+def test_new_yaml_intrinsic_and_hardware_file_auto_tensorize_a_plain_gemm(tmp_path):
+    """No Python change: a hardware file listing a new intrinsic set; load, match, tile, tensorize, run."""
+    from tensorsearch.intrin import match, tile_with_intrin
+    from tensorsearch.workloads import make
+
+    (tmp_path / "test-vnni-256.yaml").write_text(VNNI_256_YAML)
+    src = (Path(hardware.__file__).resolve().parents[1] / "hardware" / "x86-emeraldrapids.yaml").read_text()
+    hw_text = src.replace("name: x86-emeraldrapids", "name: test-avx512-ymm").replace(
+        "intrinsics: [x86-avx512-vnni]", "intrinsics: [test-vnni-256.yaml]"
+    )
+    (tmp_path / "test-avx512-ymm.yaml").write_text(hw_text)
+    hw = hardware.load(str(tmp_path / "test-avx512-ymm.yaml"))
+    (intr,) = hw.intrinsics
+    wl = make("GMM", (1, 32, 48, 64), "int8")  # plain [K, N] weight layout
+    report = match(wl.func, "Z", intr)
+    assert report.feasible, str(report)
+    sch = Schedule(wl.func)
+    block = tile_with_intrin(sch, sch.get_block("Z"), intr)
+    sch.tensorize(block, intr)
+    host = hardware.load("host")
+    if not host.has_feature("+avx512vnni") or not host.has_feature("+avx512vl"):
+        pytest.skip("this machine has no AVX-512 VNNI with 256-bit vectors")
+    mod = tensorsearch.build(sch.func)
+    assert "vpdpbusd" in mod.assembly and "ymm" in mod.assembly
+    x, y = wl.make_inputs(np.random.default_rng())
+    z = np.zeros(wl.outputs[0].shape, np.int32)
+    mod(x, y, z)
+    np.testing.assert_array_equal(z, wl.reference(x, y)[0])
