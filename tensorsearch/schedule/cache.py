@@ -5,6 +5,7 @@ transform_layout and transform_block_layout (TVM's ``cache_read_write.cc``, ``se
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -587,17 +588,7 @@ class CachePrimitives(ScheduleState):
         new_body = _Rebuild(realizes, seq_node, pos, stage).visit(scope.body)
         if seq_node is None:
             new_body = seq(stage, new_body)
-        new_scope = Block(
-            scope.name,
-            scope.iter_vars,
-            scope.reads,
-            scope.writes,
-            new_body,
-            scope.init,
-            (*scope.alloc_buffers, cache),
-            scope.match_buffers,
-            scope.annotations,
-        )
+        new_scope = dataclasses.replace(scope, body=new_body, alloc_buffers=(*scope.alloc_buffers, cache))
         self.func = replace(self.func, {id(scope): new_scope})
         return self._new_block_rv(name)
 
@@ -687,17 +678,7 @@ class CachePrimitives(ScheduleState):
         new_body = _Rebuild(realizes, seq_node, pos, stage).visit(scope.body)
         if seq_node is None:
             new_body = seq(new_body, stage)
-        new_scope = Block(
-            scope.name,
-            scope.iter_vars,
-            scope.reads,
-            scope.writes,
-            new_body,
-            scope.init,
-            (*scope.alloc_buffers, cache),
-            scope.match_buffers,
-            scope.annotations,
-        )
+        new_scope = dataclasses.replace(scope, body=new_body, alloc_buffers=(*scope.alloc_buffers, cache))
         self.func = replace(self.func, {id(scope): new_scope})
         return self._new_block_rv(name)
 
