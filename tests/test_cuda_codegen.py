@@ -11,10 +11,12 @@ import shutil
 import subprocess
 
 import pytest
+from schedule_util import check_trace_round_trip
 
 import tensorsearch as ts
 from tensorsearch.codegen import cuda
-from tensorsearch.schedule import Schedule
+from tensorsearch.ir import assert_structural_equal
+from tensorsearch.schedule import InvalidArgument, Schedule, TensorizeError
 from tensorsearch.script import parse
 
 
@@ -39,11 +41,13 @@ def _ptx(tmp_path, source: str) -> str:
     return ptx.read_text()
 
 
-def _wmma_gemm(unit: str = "wmma_16x16x16_f16f32", shared: bool = False) -> Schedule:
-    """f16 x f16 -> f32 GEMM 64^3: 16x16 warp tiles (blockIdx.x/y, threadIdx.y), each tile blockized
-    over its whole reduction and computed by the YAML unit."""
-    wl = ts.workloads.make("GMM", (1, 64, 64, 64), "float16")
-    sch = Schedule(wl.func)
+def _gemm_func():
+    return ts.workloads.make("GMM", (1, 64, 64, 64), "float16").func
+
+
+def _wmma_tile(sch: Schedule):
+    """16x16 warp tiles (blockIdx.x/y, threadIdx.y), each tile blockized over its whole reduction:
+    (the tile block, the blockIdx.y loop)."""
     b = sch.get_block("Z")
     _bb, i, j, k = sch.get_loops(b)
     io, ii = sch.split(i, [None, 16])
@@ -53,8 +57,18 @@ def _wmma_gemm(unit: str = "wmma_16x16x16_f16f32", shared: bool = False) -> Sche
     sch.bind(io, "blockIdx.x")
     sch.bind(jo, "blockIdx.y")
     sch.bind(jt, "threadIdx.y")
-    tile = sch.blockize(ii)
-    sch.annotate(tile, cuda.UNIT_ATTR, unit)
+    return sch.blockize(ii), jo
+
+
+def _wmma_gemm(unit: str = "wmma_16x16x16_f16f32", shared: bool = False, annotate: bool = False) -> Schedule:
+    """f16 x f16 -> f32 GEMM 64^3 whose warp tiles are computed by the YAML unit: tensorized (checked
+    at schedule time), or, with ``annotate``, only annotated (checked when lowering)."""
+    sch = Schedule(_gemm_func())
+    tile, jo = _wmma_tile(sch)
+    if annotate:
+        sch.annotate(tile, cuda.UNIT_ATTR, unit)
+    else:
+        sch.tensorize(tile, unit)
     if shared:  # stage X and Y through shared memory per thread block (the YAML's load scope)
         for index in (0, 1):
             sch.compute_at(sch.cache_read(tile, index, "shared"), jo)
@@ -91,12 +105,57 @@ def test_wmma_gemm_compiles_to_wmma_ptx(tmp_path, shared):
     assert "wmma.mma" in ptx and "wmma.load.a" in ptx and "wmma.load.b" in ptx and "wmma.store.d" in ptx
 
 
+def test_annotated_unit_matches_tensorized_unit():
+    # the annotation path still works, and tensorize records exactly the same annotation
+    annotated = _wmma_gemm(annotate=True)
+    tensorized = _wmma_gemm()
+    assert_structural_equal(annotated.func, tensorized.func)
+    assert cuda.generate(annotated.func, "nvidia-sm86") == cuda.generate(tensorized.func, "nvidia-sm86")
+    # naming the unit's compute intrinsic selects the unit
+    by_compute = Schedule(_gemm_func())
+    by_compute.tensorize(_wmma_tile(by_compute)[0], "wmma_mma_16x16x16_f16f32")
+    assert_structural_equal(by_compute.func, tensorized.func)
+
+
+def test_tensorize_unit_trace_round_trip():
+    sch = _wmma_gemm(shared=True)
+    assert "tensorize" in sch.trace.as_python() and "wmma_16x16x16_f16f32" in sch.trace.as_python()
+    check_trace_round_trip(sch, _gemm_func())
+
+
+def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
+    # the f16-accumulating unit does not compute the float32 accumulation of this GEMM
+    sch = Schedule(_gemm_func())
+    tile, _jo = _wmma_tile(sch)
+    before, trace = sch.func, sch.trace.as_json_text()
+    with pytest.raises(
+        TensorizeError,
+        match=r"cannot tensorize block Z_o with CUDA unit wmma_16x16x16_f16f16: the inner block Z does not "
+        r"compute the semantics of wmma_mma_16x16x16_f16f16",
+    ):
+        sch.tensorize(tile, "wmma_16x16x16_f16f16")
+    assert sch.func is before and sch.trace.as_json_text() == trace
+    with pytest.raises(InvalidArgument, match="unknown intrinsic 'no_such_unit'.*CUDA unit"):
+        sch.tensorize(tile, "no_such_unit")
+    # a CUDA intrinsic that is no unit's compute cannot be tensorized
+    with pytest.raises(TensorizeError, match="not the compute intrinsic of a unit"):
+        sch.tensorize(tile, "wmma_fill_16x16x16_f32")
+    assert sch.func is before and sch.trace.as_json_text() == trace
+    # a loop is blockized first; on failure that blockize is undone too
+    sch = Schedule(_gemm_func())
+    _bb, i, _j, _k = sch.get_loops(sch.get_block("Z"))
+    before, trace = sch.func, sch.trace.as_json_text()
+    with pytest.raises(TensorizeError, match="CUDA unit wmma_16x16x16_f16f32: iterator i .*covers 64 elements"):
+        sch.tensorize(i, "wmma_16x16x16_f16f32")
+    assert sch.func is before and sch.trace.as_json_text() == trace
+
+
 def test_unit_semantics_mismatch_is_an_error():
-    # the f16-accumulating unit does not compute a float32 accumulation
+    # the annotation path is checked when lowering, by the same check_unit
     with pytest.raises(cuda.CudaCodegenError, match=r"block Z_o \(unit wmma_16x16x16_f16f16\).*semantics"):
-        cuda.generate(_wmma_gemm("wmma_16x16x16_f16f16").func)
+        cuda.generate(_wmma_gemm("wmma_16x16x16_f16f16", annotate=True).func)
     with pytest.raises(cuda.CudaCodegenError, match="no intrinsic set .* unit 'no_such_unit'"):
-        cuda.generate(_wmma_gemm("no_such_unit").func)
+        cuda.generate(_wmma_gemm("no_such_unit", annotate=True).func)
 
 
 ELEMENTWISE = """

@@ -14,9 +14,11 @@ use the loops' extents, listed in the kernel's leading comment); ``shared`` allo
 ``__shared__`` arrays, ``local`` ones per-thread arrays; ``Evaluate(Call("tvm_storage_sync"))``
 is ``__syncthreads()``.
 
-**Units** (see docs/codegen.md): a block made by ``blockize`` and annotated
-``sch.annotate(block, "cuda_unit", "<unit name>")`` is computed by the intrinsic set's unit
-(e.g. ``wmma_16x16x16_f16f32`` of intrinsics/cuda-wmma-f16.yaml). ``lower_units`` reads
+**Units** (see docs/codegen.md): a block made by ``blockize`` and tensorized
+``sch.tensorize(block, "<unit name>")`` (checked at schedule time with :func:`check_unit`) or
+annotated ``sch.annotate(block, "cuda_unit", "<unit name>")`` (checked here) is computed by the
+intrinsic set's unit (e.g. ``wmma_16x16x16_f16f32`` of intrinsics/cuda-wmma-f16.yaml); both
+record the same ``cuda_unit`` annotation. ``lower_units`` reads
 everything from the YAML: the inner block must compute the unit's ``compute`` semantics (same
 operations, casts and dtypes; buffers paired in order); each operand's tile is the outer
 block's region of its buffer (unit-extent dimensions dropped, the others in the description's
@@ -80,7 +82,18 @@ from ..lower.common import LoweringError
 MEMORY_SCOPES = ("global", "shared", "local")
 UNIT_ATTR = "cuda_unit"
 
-__all__ = ["GPU_PIPELINE", "MEMORY_SCOPES", "UNIT_ATTR", "CudaCodegenError", "generate", "lower_gpu", "lower_units"]
+__all__ = [
+    "GPU_PIPELINE",
+    "MEMORY_SCOPES",
+    "UNIT_ATTR",
+    "CudaCodegenError",
+    "check_unit",
+    "find_unit",
+    "generate",
+    "lower_gpu",
+    "lower_units",
+    "unit_of_compute",
+]
 
 
 class CudaCodegenError(LoweringError):
@@ -91,7 +104,7 @@ class CudaCodegenError(LoweringError):
 # intrinsic lookup
 
 
-def _find_unit(name: str, target: Any) -> tuple[Any, Any]:
+def find_unit(name: str, target: Any = None) -> tuple[Any, Any]:
     """(IntrinsicSet, Unit) for the unit ``name``: the target's sets first, then every set found."""
     sets: list[Any] = []
     hw_sets = getattr(target, "intrinsic_sets", None)
@@ -107,6 +120,27 @@ def _find_unit(name: str, target: Any) -> tuple[Any, Any]:
             if u.name == name:
                 return s, u
     raise CudaCodegenError(f"no intrinsic set on the search path defines the unit {name!r}")
+
+
+def unit_of_compute(intr: Intrinsic) -> tuple[Any, Any] | None:
+    """(IntrinsicSet, Unit) of the first unit of ``intr``'s set whose ``compute`` is ``intr``, else None."""
+    try:
+        iset = load_intrinsic(intr.set_name)
+    except Exception:
+        return None
+    for u in getattr(iset, "units", ()):
+        if u.compute == intr.name:
+            return iset, u
+    return None
+
+
+def check_unit(outer: Block, unit: Any, iset: Any) -> None:
+    """Raise :class:`CudaCodegenError` unless block ``outer`` can be computed by ``unit`` of ``iset``.
+
+    These are exactly the checks ``lower_units`` makes (it builds the unit's statement sequence
+    the same way), so a block that passes is lowered without error; ``tensorize`` calls this.
+    """
+    _tile_statement(outer, unit, iset)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -234,8 +268,9 @@ def _tile_statement(outer: Block, unit: Any, iset: Any) -> Stmt:
         for k, it in zip(dims, iters, strict=True):
             n, r = divmod(exts[k], extents[it])
             if r or (n != 1 and kinds[it] != "reduce"):
+                kind = getattr(kinds[it], "value", kinds[it])
                 raise CudaCodegenError(
-                    f"{where}: iterator {it} (extent {extents[it]}, {kinds[it]}) covers {exts[k]} elements of "
+                    f"{where}: iterator {it} (extent {extents[it]}, {kind}) covers {exts[k]} elements of "
                     f"{w_buf.name} dimension {k}; only a reduce iterator may cover a multiple"
                 )
             if steps.setdefault(it, n) != n:
@@ -365,7 +400,7 @@ def lower_units(func: PrimFunc, target: Any = None) -> PrimFunc:
         if isinstance(s, Block):
             ann = dict(s.annotations)
             if UNIT_ATTR in ann:
-                iset, unit = _find_unit(str(ann[UNIT_ATTR]), target)
+                iset, unit = find_unit(str(ann[UNIT_ATTR]), target)
                 from dataclasses import replace
 
                 rest = tuple((k, v) for k, v in s.annotations if k != UNIT_ATTR)

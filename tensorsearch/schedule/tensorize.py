@@ -37,6 +37,14 @@ The intrinsic is named by a string (stored in the trace) and looked up in the in
 passed to ``tensorize`` before (an :class:`~tensorsearch.intrin.Intrinsic` object may be passed
 too; it is remembered by name in this process) and then in every intrinsic set on
 :func:`tensorsearch.intrin.search_path`.
+
+**CUDA units.** ``sch.tensorize(tile, "wmma_16x16x16_f16f32")`` names a multi-instruction unit
+of a CUDA intrinsic set (``units`` in intrinsics/cuda-wmma-f16.yaml); naming the unit's compute
+intrinsic (``"wmma_mma_16x16x16_f16f32"``) selects that unit too.  The tile is checked by
+:func:`tensorsearch.codegen.cuda.check_unit`, the very checks the CUDA lowering makes (semantics,
+dtypes, tile shapes); a mismatch raises :class:`TensorizeError` and leaves the schedule
+unchanged.  On success the block is annotated ``cuda_unit = <unit name>`` exactly as
+``sch.annotate(tile, "cuda_unit", name)`` does, and the CUDA generator lowers it.
 """
 
 from __future__ import annotations
@@ -45,7 +53,7 @@ from typing import Any
 
 from .. import arith
 from ..intrin import Intrinsic, IntrinsicError, available, load_intrinsic
-from ..intrin.schema import LLVMImpl
+from ..intrin.schema import CudaImpl, LLVMImpl
 from ..ir import (
     Block,
     BlockRealize,
@@ -183,13 +191,26 @@ class TensorizePrimitives(ScheduleState):
         loop, which is blockized first.  ``intrin`` is an intrinsic name (``"vnni_dot_16x4_u8i8i32"``)
         or an :class:`~tensorsearch.intrin.Intrinsic`; the trace records the name.
         """
+        from ..codegen import cuda
+
+        unit: tuple[Any, Any] | None = None  # (IntrinsicSet, Unit) of a CUDA unit
         if isinstance(intrin, Intrinsic):
             register_intrinsic_object(intrin)
             intr = intrin
         elif isinstance(intrin, str):
-            intr = lookup_intrinsic(intrin)
+            try:
+                intr = lookup_intrinsic(intrin)
+            except InvalidArgument as e:
+                try:
+                    unit = cuda.find_unit(intrin)
+                except cuda.CudaCodegenError:
+                    raise InvalidArgument(
+                        f"{e.message}; no intrinsic set defines a CUDA unit of that name either"
+                    ) from None
         else:
             raise InvalidArgument(f"tensorize: intrin must be an intrinsic name or Intrinsic, got {intrin!r}")
+        if unit is None and isinstance(intr.impl, CudaImpl):
+            unit = cuda.unit_of_compute(intr)  # None: reported by _tensorized
         if isinstance(block_or_loop, LoopRV):
             block_rv = self.blockize(block_or_loop)
         elif isinstance(block_or_loop, BlockRV):
@@ -198,6 +219,19 @@ class TensorizePrimitives(ScheduleState):
             raise InvalidArgument(f"tensorize: expected a BlockRV or LoopRV, got {type(block_or_loop).__name__}")
         realize, loc = self._block_realize(block_rv)
         outer: Block = loc.node
+        if unit is not None:
+            iset, u = unit
+            try:
+                cuda.check_unit(outer, u, iset)
+            except cuda.CudaCodegenError as e:
+                msg = str(e).removeprefix(f"block {outer.name} (unit {u.name}): ")
+                raise TensorizeError(
+                    f"cannot tensorize block {outer.name} with CUDA unit {u.name}: {msg}",
+                    block=outer.name,
+                    fragment=self._fragment(outer),
+                ) from None
+            self.annotate(block_rv, cuda.UNIT_ATTR, u.name)
+            return
         new_block = self._tensorized(outer, intr)
         self.func = replace(self.func, {id(realize): BlockRealize(realize.iter_values, realize.predicate, new_block)})
 
@@ -212,7 +246,8 @@ class TensorizePrimitives(ScheduleState):
 
         if not isinstance(intr.impl, LLVMImpl):
             raise err(
-                f"the intrinsic is implemented for target {intr.target}, and only LLVM intrinsics can be tensorized"
+                f"the intrinsic is implemented for target {intr.target} and is not the compute intrinsic of a "
+                "unit; only LLVM intrinsics and CUDA units (or their compute intrinsics) can be tensorized"
             )
         # The tile: loops down to one inner block.
         loops: list[For] = []
