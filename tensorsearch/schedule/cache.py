@@ -45,6 +45,7 @@ from ..ir import (
     seq,
     substitute,
 )
+from .analysis import loop_domains
 from .errors import CacheError, InvalidArgument, LoopStructureError, NotAffineBinding
 from .index_map import IndexMap, IndexMapError, index_map_to_json
 from .rv import BlockRV
@@ -295,11 +296,6 @@ def _is_affine(e: PrimExpr, allowed: set[Var]) -> bool:
             isinstance(e.b, IntImm) and _is_affine(e.a, allowed)
         )
     return False
-
-
-def _affine_binding_error(realize: BlockRealize, loops: list[For]) -> str | None:
-    dom = {lp.loop_var: Range(lp.min, lp.extent) for lp in loops}
-    return affine_binding_error(realize, dom)
 
 
 def _norm_buffer_arg(block: Block, buffer: Any, primitive_name: str) -> tuple[str, int, Buffer]:
@@ -727,7 +723,7 @@ class CachePrimitives(ScheduleState):
                 f"reindex: block {blk.name} has the predicate {realize.predicate}; reindex needs a block without one",
                 block=blk.name,
             )
-        reason = _affine_binding_error(realize, loops_above(loc.path[:-1]))
+        reason = affine_binding_error(realize, loop_domains(loops_above(loc.path[:-1])))
         if reason is not None:
             raise NotAffineBinding(
                 f"reindex: block {blk.name} does not have an affine binding: {reason}", block=blk.name

@@ -16,6 +16,7 @@ import dataclasses
 from typing import Any
 
 from .. import arith
+from ..arith.iter_map import affine_binding_error
 from ..ir import (
     TRUE,
     Add,
@@ -50,6 +51,7 @@ from ..ir import (
     seq,
     substitute,
 )
+from .analysis import loop_domains
 from .errors import InvalidArgument, LoopKindError, LoopStructureError, NotAffineBinding, NotReductionBlock
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
@@ -94,15 +96,6 @@ def _and_all(conds: list[PrimExpr]) -> PrimExpr:
 
 def _names(items: Any) -> str:
     return ", ".join(items)
-
-
-def _affine_binding_error(realize: BlockRealize, loops: list[For]) -> str | None:
-    """Why the block's bindings are not an affine map of ``loops`` (None when they are)."""
-    try:
-        from ..arith.iter_map import affine_binding_error
-    except ImportError:  # the iter-map analysis is not available yet: accept the binding
-        return None
-    return affine_binding_error(realize, {lp.loop_var: Range(lp.min, lp.extent) for lp in loops})
 
 
 def _scope_of(loc: Located) -> Block | None:
@@ -174,7 +167,7 @@ class ReductionPrimitives(ScheduleState):
                         fragment=frag,
                     )
         loops = loops_above(loc.path[:-1])
-        reason = _affine_binding_error(realize, loops)
+        reason = affine_binding_error(realize, loop_domains(loops))
         if reason is not None:
             raise NotAffineBinding(
                 f"{primitive_name} needs an affine binding: {reason}",
