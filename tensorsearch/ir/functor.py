@@ -132,34 +132,39 @@ def substitute(node: Node, mapping: dict[Var, PrimExpr] | Callable[[Var], PrimEx
     if isinstance(mapping, dict) and not mapping:
         return node
 
-    class _Substitute(Mutator):
-        def visit_Var(self, var: Var) -> PrimExpr:
-            new = lookup(var)
-            return var if new is None else new
+    return _Substitute(lookup).visit(node)
 
-    return _Substitute().visit(node)
+
+class _Substitute(Mutator):
+    def __init__(self, lookup: Callable[[Var], PrimExpr | None]) -> None:
+        self.lookup = lookup
+
+    def visit_Var(self, var: Var) -> PrimExpr:
+        new = self.lookup(var)
+        return var if new is None else new
 
 
 def free_vars(node: Node) -> list[Var]:
     """Variables used in ``node`` that no loop, block or allocation inside it defines, in first-use order."""
-    from .stmt import Block, For
+    collect = _CollectFreeVars()
+    collect.visit(node)
+    return [v for v in collect.seen if v not in collect.defined]
 
-    defined: set[Var] = set()
-    seen: dict[Var, None] = {}
 
-    class _Collect(Visitor):
-        def visit_For(self, op: For) -> None:
-            defined.add(op.loop_var)
-            self.generic_visit(op)
+class _CollectFreeVars(Visitor):
+    def __init__(self) -> None:
+        self.defined: set[Var] = set()
+        self.seen: dict[Var, None] = {}
 
-        def visit_Block(self, op: Block) -> None:
-            for iv in op.iter_vars:
-                defined.add(iv.var)
-            self.generic_visit(op)
+    def visit_For(self, op: Any) -> None:
+        self.defined.add(op.loop_var)
+        self.generic_visit(op)
 
-        def visit_Var(self, var: Var) -> None:
-            if var not in defined:
-                seen.setdefault(var, None)
+    def visit_Block(self, op: Any) -> None:
+        for iv in op.iter_vars:
+            self.defined.add(iv.var)
+        self.generic_visit(op)
 
-    _Collect().visit(node)
-    return [v for v in seen if v not in defined]
+    def visit_Var(self, var: Var) -> None:
+        if var not in self.defined:
+            self.seen.setdefault(var, None)

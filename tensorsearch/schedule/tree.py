@@ -8,20 +8,21 @@ ancestor on the way up is rebuilt, everything else is shared.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from functools import cache
 
 from ..ir import (
     Block,
     BlockRealize,
-    Buffer,
     For,
     Mutator,
     Node,
-    PrimExpr,
     PrimFunc,
+    SeqStmt,
     Stmt,
     Var,
     children,
+    seq,
 )
 
 
@@ -37,14 +38,31 @@ class Located:
         return self.path[-2] if len(self.path) > 1 else None
 
 
+@cache
+def _stmt_fields(cls: type) -> tuple[str, ...]:
+    """The fields of a statement class that hold statements (``body``, ``stmts``, ``block``, ...)."""
+    return tuple(f.name for f in fields(cls) if "Stmt" in str(f.type) or "Block" in str(f.type))
+
+
+def stmt_children(node: Stmt) -> list[Stmt]:
+    """The statements directly below ``node``, in field order (expressions are not visited)."""
+    out: list[Stmt] = []
+    for name in _stmt_fields(type(node)):
+        value = getattr(node, name)
+        if isinstance(value, Stmt):
+            out.append(value)
+        elif isinstance(value, tuple):
+            out.extend(v for v in value if isinstance(v, Stmt))
+    return out
+
+
 def walk_stmts(stmt: Stmt, path: tuple[Stmt, ...] = ()) -> Iterator[Located]:
     """Every statement below ``stmt`` (pre-order) with its path; expressions are skipped."""
     stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(stmt, (*path, stmt))]
     while stack:
         node, p = stack.pop()
         yield Located(node, p)
-        kids = [c for c in children(node) if isinstance(c, Stmt)]
-        for child in reversed(kids):
+        for child in reversed(stmt_children(node)):
             stack.append((child, (*p, child)))
 
 
@@ -93,9 +111,45 @@ def child_blocks(stmt: Stmt) -> list[BlockRealize]:
         if isinstance(node, BlockRealize):
             found.append(node)
             continue
-        kids = [c for c in children(node) if isinstance(c, Stmt)]
-        stack.extend(reversed(kids))
+        stack.extend(reversed(stmt_children(node)))
     return found
+
+
+class _Replace(Mutator):
+    def __init__(self, mapping: dict[int, Stmt | None]) -> None:
+        self.mapping = mapping
+
+    def visit(self, node: Node):  # type: ignore[override]
+        if not isinstance(node, Stmt):
+            return node  # only statements hold statements
+        key = id(node)
+        if key in self.mapping:
+            return self.mapping[key]
+        return super().visit(node)
+
+    def generic_visit(self, node: Node) -> Node:
+        changed = {}
+        for name in _stmt_fields(type(node)):
+            value = getattr(node, name)
+            if isinstance(value, Stmt):
+                new = self.visit(value)
+            elif isinstance(value, tuple) and value and isinstance(value[0], Stmt):
+                new = tuple(self.visit(v) for v in value)
+                if all(a is b for a, b in zip(new, value, strict=True)):
+                    new = value
+            else:
+                continue
+            if new is not value:
+                changed[name] = new
+        if not changed:
+            return node
+        return type(node)(*[changed.get(f.name, getattr(node, f.name)) for f in fields(type(node))])
+
+    def visit_SeqStmt(self, op: SeqStmt) -> Stmt:
+        new = [self.visit(s) for s in op.stmts]
+        if all(a is b for a, b in zip(new, op.stmts, strict=True)):
+            return op
+        return seq(*[s for s in new if s is not None])
 
 
 def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
@@ -103,24 +157,7 @@ def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
 
     A statement mapped to None is removed from its SeqStmt.
     """
-    from ..ir import SeqStmt, seq
-
-    class _Replace(Mutator):
-        def visit(self, node: Node):  # type: ignore[override]
-            if isinstance(node, PrimExpr | Buffer):
-                return node
-            key = id(node)
-            if key in mapping:
-                return mapping[key]
-            return super().visit(node)
-
-        def visit_SeqStmt(self, op: SeqStmt) -> Stmt:
-            new = [self.visit(s) for s in op.stmts]
-            if all(a is b for a, b in zip(new, op.stmts, strict=True)):
-                return op
-            return seq(*[s for s in new if s is not None])
-
-    body = _Replace().visit(func.body)
+    body = _Replace(mapping).visit(func.body)
     return func if body is func.body else func.with_body(body)
 
 
