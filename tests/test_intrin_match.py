@@ -72,8 +72,9 @@ def test_gmm_int8_vnni_mapping(vnni):
     b = m.operand("B")
     assert not b.in_place and "strided" in b.why
     assert b.access == ("read", 1)
-    assert b.index_map == "lambda v_bb, v_j, v_k: (v_bb, v_k // 4, v_j, v_k % 4)"
-    assert b.packed_shape == (1, 16, 64, 4)
+    # 16-column panels, 4 k per tile: a tile is 64 contiguous bytes and the tiles of a panel follow each other
+    assert b.index_map == "lambda v_bb, v_j, v_k: (v_bb, v_j // 16, v_k // 4, v_j % 16, v_k % 4)"
+    assert b.packed_shape == (1, 4, 16, 16, 4)
     # the swapped binding is rejected for its types
     assert [r.reason for r in report.infeasible] == [
         "operand A is int8 (workload buffer Y), the intrinsic reads uint8; "
@@ -117,11 +118,13 @@ def test_c2d_int8_vnni_mappings(vnni):
     best = report.best
     assert best.outer == ("v_nn", "v_hh", "v_ww", "v_rh", "v_rw")
     assert best.operand("A").in_place  # PadInput[n, h + rh, w + rw, rc]: 4 consecutive rc are dense
-    assert best.operand("B").index_map == "lambda v_cc, v_rh, v_rw, v_rc: (v_rh, v_rw, v_rc // 4, v_cc, v_rc % 4)"
+    assert best.operand("B").index_map == (
+        "lambda v_cc, v_rh, v_rw, v_rc: (v_rh, v_rw, v_cc // 16, v_rc // 4, v_cc % 16, v_rc % 4)"
+    )
     fused = next(m for m in report.feasible if m.fused)
     assert fused.iterators[1].workload_extent == 144 and fused.iterators[1].padding == 0
     assert not fused.operand("A").in_place  # im2col-like staging
-    assert fused.operand("B").packed_shape == (36, 16, 4)
+    assert fused.operand("B").packed_shape == (1, 36, 16, 4)
     padded = next(m for m in report.feasible if _iters(m)["k"] == ("v_rh",))
     assert padded.padding == {"v_rh": 1}
     assert report.feasible.index(padded) > report.feasible.index(fused)  # padding ranks last
@@ -147,7 +150,7 @@ def test_plain_nk_weight_flagged_for_layout_transform(vnni):
     assert _iters(m) == {"i": ("v_j",), "k": ("v_k",)}
     b = m.operand("B")
     assert not b.in_place and "rows are strided" in b.why
-    assert b.index_map == "lambda v_j, v_k: (v_k // 4, v_j, v_k % 4)"
+    assert b.index_map == "lambda v_j, v_k: (v_j // 16, v_k // 4, v_j % 16, v_k % 4)"
 
 
 def test_prepacked_weight_is_read_in_place(vnni):
@@ -189,8 +192,8 @@ def test_tile_gmm_int8_vnni(vnni):
     assert isinstance(loop.body.body, BlockRealize) and loop.body.body.block.name == "Z_update"
     # B's tile is read from the packed buffer: [16, 4] as the last two dimensions, whole rows of 4
     packed = next(r for r in blk.reads if r.buffer.name == "Y_reindex")
-    assert [int(s.value) for s in packed.buffer.shape] == [1, 16, 64, 4]
-    assert [int(r.extent.value) for r in packed.region] == [1, 1, 16, 4]
+    assert [int(s.value) for s in packed.buffer.shape] == [1, 4, 16, 16, 4]
+    assert [int(r.extent.value) for r in packed.region] == [1, 1, 1, 16, 4]
     kinds = [inst.kind.name for inst in sch.trace.insts]
     for step in ("reindex", "transform_layout", "decompose_reduction", "split", "reorder", "blockize"):
         assert step in kinds

@@ -201,3 +201,16 @@ def test_first_module_of_a_process_links_the_c_library():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and "ok" in proc.stdout, proc.stderr
+
+
+def test_build_without_jit_saves_a_library_that_runs(tmp_path):
+    wl = workloads.make("GMM", (1, 8, 8, 8), "float32")
+    mod = build(wl.func, jit=False)
+    with pytest.raises(RuntimeError, match="built with jit=False"):
+        mod(*wl.make_inputs(0), np.zeros((1, 8, 8), "float32"))
+    path = mod.save(tmp_path / "gemm.so")
+    loaded = load_module(path)
+    xs = wl.make_inputs(np.random.default_rng())
+    out = np.full((1, 8, 8), np.nan, "float32")
+    loaded(*xs, out)
+    wl.check([out], wl.reference(*xs))

@@ -18,7 +18,7 @@
 5. **Layout.** An operand the intrinsic reads as one contiguous tile (``contiguous``) or as
    dense rows (``strided_rows``) must find its tile that way in the workload buffer; otherwise
    the plan stages it through ``reindex`` and a ``transform_layout`` into the intrinsic's packed
-   tile layout (VNNI's B[16, 4] from a [K, N] weight: ``(k // 4, n, k % 4)``), never applying
+   tile layout (VNNI's B[16, 4] from a [K, N] weight: panels ``(n // 16, k // 4, n % 16, k % 4)``), never applying
    the intrinsic to strided rows.
 
 Every feasible mapping (best first: no padding, no fusion, fewest layout transforms) carries
@@ -653,14 +653,18 @@ def _operand_plan(
 
         tile = [expr(m) for m in dims]
         if o.layout == "contiguous":
-            outer = [f"{par(m)} // {m.intrin_extent}" for m in dims[1:]]
-            inner = [f"{par(m)} % {m.intrin_extent}" for m in dims[1:]]
-            new = rest + outer + tile[:1] + inner
+            # panels: every tile dimension split into (tile index, position in the tile), the tile
+            # indices first in the intrinsic's dimension order, so a tile is one contiguous block
+            # and the tiles along the last (reduction) dimension follow each other in memory (the
+            # layout [k // 4, j, k % 4] would put consecutive tiles of a panel 4 KiB apart for
+            # 1024 columns, where they collide in the L1 cache)
+            outer = [f"{par(m)} // {m.intrin_extent}" for m in dims]
+            inner = [f"{par(m)} % {m.intrin_extent}" for m in dims]
+            new = rest + outer + inner
             pshape = (
                 [ext[n] for n in rest]
-                + [m.padded_extent // m.intrin_extent for m in dims[1:]]
-                + [dims[0].padded_extent]
-                + [m.intrin_extent for m in dims[1:]]
+                + [m.padded_extent // m.intrin_extent for m in dims]
+                + [m.intrin_extent for m in dims]
             )
         else:
             new = rest + tile

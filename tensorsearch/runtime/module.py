@@ -166,6 +166,8 @@ class _Runnable:
         self._repeat = ctypes.CFUNCTYPE(ctypes.c_int32, *argtypes, ctypes.c_int64)(repeat_addr)
 
     def _not_runnable(self) -> None:
+        if self._cfunc is None and getattr(self, "target", None) is not None and self.target.runs_here:
+            raise RuntimeError(f"module {self.name} was built with jit=False; save() it and load_module() the file to run it")
         if self._cfunc is None:
             arch = self.triple.split("-")[0]
             raise RuntimeError(
@@ -261,7 +263,15 @@ class _Runnable:
 class Module(_Runnable):
     """A function compiled for a target; JIT-compiled when the target runs here."""
 
-    def __init__(self, func: PrimFunc, lowered: PrimFunc, target: cg.Target, name: str, build_seconds: float = 0.0):
+    def __init__(
+        self,
+        func: PrimFunc,
+        lowered: PrimFunc,
+        target: cg.Target,
+        name: str,
+        build_seconds: float = 0.0,
+        jit: bool = True,
+    ):
         import llvmlite.binding as llvm
 
         self.func = func
@@ -278,7 +288,7 @@ class Module(_Runnable):
         self.llvm_ir: str = str(opt)
         self._assembly: str | None = None
         self._engine = None
-        if target.runs_here:
+        if target.runs_here and jit:
             if self.parallel:
                 _load_gomp()
             missing = [
@@ -410,11 +420,12 @@ def lower_for_codegen(func: PrimFunc) -> PrimFunc:
     return lower(func)
 
 
-def build(func: PrimFunc, target: Any = None, name: str | None = None) -> Module:
+def build(func: PrimFunc, target: Any = None, name: str | None = None, jit: bool = True) -> Module:
     """Lower, generate LLVM IR, optimize at O3 for ``target`` and JIT-compile (when it runs here).
 
     ``target``: None (the host), a hardware descriptor name or path, a ``tensorsearch.hardware``
-    Hardware object, or a ``codegen.llvm.Target``.
+    Hardware object, or a ``codegen.llvm.Target``. ``jit=False`` skips the JIT (the module can
+    still ``save`` and ``save_object``; calling it raises), for a builder that only writes files.
     """
     if not isinstance(func, PrimFunc):
         raise TypeError(f"build needs a PrimFunc, got {type(func).__name__}")
@@ -423,7 +434,7 @@ def build(func: PrimFunc, target: Any = None, name: str | None = None) -> Module
     lowered = lower_for_codegen(func)
     if name is None:
         name = str(func.attr_dict.get("global_symbol", "main"))
-    return Module(func, lowered, tgt, name, _time.perf_counter() - t0)
+    return Module(func, lowered, tgt, name, _time.perf_counter() - t0, jit=jit)
 
 
 __all__ = ["DataType", "LoadedModule", "Module", "Param", "build", "is_lowered", "load_module", "signature"]
