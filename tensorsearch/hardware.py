@@ -131,6 +131,16 @@ class GPU:
 
 
 @dataclass(frozen=True)
+class SearchSpec:
+    """The ``search:`` section: schedule rules (name, parameters) in the order they apply.
+
+    Names and parameters are those of ``tensorsearch.search.space.RULES``; an empty tuple means
+    the defaults for the descriptor's kind."""
+
+    rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+
+@dataclass(frozen=True)
 class Hardware:
     """A validated hardware descriptor; frozen and hashable."""
 
@@ -147,6 +157,7 @@ class Hardware:
     note: str | None = field(default=None, compare=False)
     gpu: GPU | None = None
     intrinsic_sets: tuple[Any, ...] = ()  # tensorsearch.intrin.IntrinsicSet, in the order listed
+    search: SearchSpec | None = None  # the ``search:`` section: the auto-scheduler's rules
 
     @property
     def intrinsics(self) -> tuple[Any, ...]:
@@ -390,6 +401,44 @@ def _intrinsic_names(value: Any, ctx: _Ctx) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _search(value: Any, ctx: _Ctx) -> SearchSpec:
+    """``search: {rules: [Name, {Name: {param: value}}, ...]}``, checked against the rule table."""
+    from .search.space import RULES, SearchSpaceError  # lazily: the search builds on this module
+
+    if not isinstance(value, dict) or set(value) - {"rules"}:
+        raise ctx.fail("a mapping with the key rules (a list of schedule rules)", value)
+    rules_ctx = ctx.child("rules")
+    items = value.get("rules", [])
+    if not isinstance(items, list):
+        raise rules_ctx.fail("a list of rule names or {name: {parameter: value}} mappings", items)
+    rules = []
+    for pos, item in enumerate(items):
+        ictx = rules_ctx.child(f"[{pos}]")
+        if isinstance(item, str):
+            name, params = item, {}
+        elif isinstance(item, dict) and len(item) == 1:
+            name, params = next(iter(item.items()))
+            params = {} if params is None else params
+        else:
+            raise ictx.fail("a rule name or a one-key mapping {name: {parameter: value}}", item)
+        if name not in RULES:
+            raise ictx.message(f"unknown schedule rule {name!r}; the rules are: {', '.join(RULES)}", name)
+        if not isinstance(params, dict):
+            raise ictx.child(str(name)).fail("a mapping of parameters", params)
+        try:
+            RULES[name].check_params(params)
+        except SearchSpaceError as err:
+            raise ictx.child(str(name)).message(str(err), params) from None
+        rules.append((name, tuple(sorted((k, _freeze(v)) for k, v in params.items()))))
+    return SearchSpec(tuple(rules))
+
+
 def _description(value: Any, ctx: _Ctx) -> str:
     if not isinstance(value, str):
         raise ctx.fail("a string", value)
@@ -409,6 +458,7 @@ _FIELDS: dict[str, tuple[Callable[[Any, _Ctx], Any], bool]] = {
     "gpu": (_gpu, False),
     "intrinsics": (_intrinsic_names, False),
     "description": (_description, False),
+    "search": (_search, False),
 }
 _CACHE_FIELDS: dict[str, tuple[Callable[[Any, _Ctx], Any], bool]] = {
     "l1d": (_size, True),

@@ -45,11 +45,18 @@ def _access(sch: Schedule, block: BlockRV, buffer_prefix: str, written: bool) ->
     return (kind, near[0])
 
 
-def tile_with_intrin(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping | int | None = None) -> BlockRV:
+def tile_with_intrin(
+    sch: Schedule,
+    block: BlockRV,
+    intrin: Intrinsic,
+    mapping: Mapping | int | None = None,
+    decompose_init: bool = True,
+) -> BlockRV:
     """Tile ``block`` so that its innermost loops compute ``intrin``; return the blockized block.
 
     ``mapping`` is one of ``match(...).feasible`` (or its index); by default the best unfused
-    one. Raises :class:`~tensorsearch.schedule.InvalidArgument` naming the block, the intrinsic
+    one. ``decompose_init=False`` keeps the init in the returned (outer) block, for a caller
+    that tiles it further and decomposes the reduction later (the search's postprocessor). Raises :class:`~tensorsearch.schedule.InvalidArgument` naming the block, the intrinsic
     and the matcher's reasons when no mapping applies; on any failure the schedule is left as it
     was.
     """
@@ -83,13 +90,13 @@ def tile_with_intrin(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: 
         )
     snap = sch._snapshot()
     try:
-        return _apply(sch, block, intrin, mapping)
+        return _apply(sch, block, intrin, mapping, decompose_init)
     except ScheduleError:
         sch._restore(snap)
         raise
 
 
-def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping) -> BlockRV:
+def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping, decompose_init: bool) -> BlockRV:
     from ..schedule import InvalidArgument
 
     stage = [o for o in mapping.operands if o.needs_transform]
@@ -109,7 +116,7 @@ def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping) -
             continue
         access = _access(sch, block, staged[o.operand], o.access[0] == "write")
         sch.transform_layout(block, access, o.index_map)
-    if sch.get(block).init is not None:
+    if decompose_init and sch.get(block).init is not None:
         sch.decompose_reduction(block, sch.get_loops(block)[0])
     loops = sch.get_loops(block)
     realize, _ = sch._block_realize(block)

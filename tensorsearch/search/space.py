@@ -1,0 +1,652 @@
+"""The design space: schedule rules applied block by block (paper section 4.3, TVM MetaSchedule).
+
+A *rule* takes a schedule and one of its blocks and returns the schedules it makes of them (none
+changed, one, or several: a fork of the design space). Applying every rule of a target to every
+block gives the *design-space traces*: schedule traces whose tile sizes, compute locations and
+unroll/parallel extents are ``sample_*`` instructions. A candidate program is a design-space trace
+replayed with fresh (or mutated) decisions and then post-processed (:mod:`.postproc`)::
+
+    space = DesignSpace(workloads.get("GMM", 0, "int8").func, hardware.load("host"))
+    len(space.traces)                       # e.g. 3: VNNI tiling with no / level-1 / level-2 write cache
+    cand = space.sample(random.Random(0))   # a Candidate: trace, func (post-processed), key
+    print(cand.trace.as_python())
+
+The rules (TVM names, CPU defaults; a hardware YAML may list them with parameters under
+``search: rules:``, see docs/search.md):
+
+* ``AutoInline``: inline spatial, non-output producers (padding, casts) into their consumers;
+* ``AddRFactor``: for a reduction with little parallelism, a second space with the reduction
+  split and ``rfactor``-ed;
+* ``MultiLevelTilingWithIntrin``: a block the matcher maps onto one of the hardware's intrinsics
+  is tiled with it (``tile_with_intrin``), its outer block tiled as below and marked
+  ``meta_schedule.auto_tensorize`` for the tensorize postprocessor; no intrinsic name appears in
+  Python, the candidates are whatever the YAML lists;
+* ``MultiLevelTiling``: structure ``SSRSRS``: each spatial loop split in 4 by
+  ``sample_perfect_tile``, each reduction loop in 2, reordered ``S0 S1 R0 S2 R1 S3``; optionally a
+  write cache (``cache_write`` + ``reverse_compute_at`` under level 1 or 2), one space each;
+* ``ParallelizeVectorizeUnroll``: annotates the root block with the parallel extent, the
+  vectorize extent and a sampled unroll step, rewritten into primitives by the postprocessor;
+* ``RandomComputeLocation``: a block no rule tiled is computed at a sampled loop of its consumer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..ir import IntImm, PrimFunc, Var, structural_hash
+from ..ir.functor import free_vars
+from ..ir.stmt import Block, IterType
+from ..schedule import BlockRV, Schedule, ScheduleError, Trace
+
+TILING_STRUCTURE = "meta_schedule.tiling_structure"
+AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
+PARALLEL = "meta_schedule.parallel"
+VECTORIZE = "meta_schedule.vectorize"
+UNROLL = "meta_schedule.unroll_explicit"
+
+
+class SearchSpaceError(ValueError):
+    """A rule set or rule parameter that cannot be used (names the rule and the parameter)."""
+
+
+# --------------------------------------------------------------------------------------------
+# block facts the rules need
+
+
+def _iter_kinds(sch: Schedule, block: BlockRV) -> dict[Var, str]:
+    """loop var -> "S" or "R": the kind of the block iterators each loop is bound to ("R" wins)."""
+    realize, _ = sch._block_realize(block)
+    blk = realize.block
+    kinds: dict[Var, str] = {}
+    for iv, value in zip(blk.iter_vars, realize.iter_values, strict=True):
+        kind = "R" if iv.iter_type == IterType.REDUCE else "S"
+        for v in free_vars(value):
+            if kinds.get(v) != "R":
+                kinds[v] = kind
+    return kinds
+
+
+def _is_reduction(sch: Schedule, block: BlockRV) -> bool:
+    return any(iv.iter_type == IterType.REDUCE for iv in sch.get(block).iter_vars)
+
+
+def _trivially_bound(sch: Schedule, block: BlockRV) -> bool:
+    """Every iterator bound to one distinct loop variable, all loops of constant extent."""
+    realize, _ = sch._block_realize(block)
+    loops = [sch.get(lp) for lp in sch.get_loops(block)]
+    loop_vars = {lp.loop_var for lp in loops}
+    seen = set()
+    for value in realize.iter_values:
+        if not (isinstance(value, Var) and value in loop_vars) or value in seen:
+            return False
+        seen.add(value)
+    return all(isinstance(lp.extent, IntImm) for lp in loops)
+
+
+def _is_output(sch: Schedule, block: BlockRV) -> bool:
+    params = {b.name for b in sch.func.buffers}
+    return any(r.buffer.name in params for r in sch.get(block).writes)
+
+
+def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
+    """Whether the block is the inner block of a tile marked for tensorization."""
+    path = sch._block(block).path
+    return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
+
+
+def _extent(sch: Schedule, loop: Any) -> int:
+    ext = sch.get(loop).extent
+    return ext.value if isinstance(ext, IntImm) else -1
+
+
+# --------------------------------------------------------------------------------------------
+# rules
+
+
+class ScheduleRule:
+    """A rule: ``apply(sch, block)`` returns the schedules it makes (``[sch]`` when it does not apply).
+
+    Rules may change ``sch`` in place when they return exactly it; a rule that forks copies."""
+
+    name = "ScheduleRule"
+    params: dict[str, Any] = {}
+
+    def __init__(self, **params: Any) -> None:
+        self.check_params(params)
+        self.config = {**type(self).params, **{k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}}
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        """SearchSpaceError naming the parameter when ``params`` has an unknown name or wrong type."""
+        allowed = cls.params
+        for key, value in params.items():
+            if key not in allowed:
+                known = ", ".join(allowed) or "none"
+                raise SearchSpaceError(f"rule {cls.name} has no parameter {key!r}; its parameters are: {known}")
+            default = allowed[key]
+            if isinstance(default, list):
+                ok = isinstance(value, list | tuple) and all(
+                    isinstance(v, type(default[0])) and not isinstance(v, bool) for v in value
+                )
+                what = f"a list of {type(default[0]).__name__}"
+            else:
+                ok = isinstance(value, type(default)) and (isinstance(default, bool) or not isinstance(value, bool))
+                what = f"a {type(default).__name__}"
+            if not ok:
+                raise SearchSpaceError(f"rule {cls.name} parameter {key} must be {what}, got {value!r}")
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{self.name}({args})"
+
+
+class AutoInline(ScheduleRule):
+    """Inline a spatial, non-output block into its consumers (``compute_inline``), else its
+    single producer's epilogue into the producer (``reverse_compute_inline``); silently keeps the
+    block when neither is legal."""
+
+    name = "AutoInline"
+    params = {"into_consumer": True, "into_producer": True}
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        blk = sch.get(block)
+        if _is_reduction(sch, block) or dict(blk.annotations).get(TILING_STRUCTURE) or blk.name == "root":
+            return [sch]
+        if self.config["into_consumer"] and not _is_output(sch, block):
+            try:
+                sch.compute_inline(block)
+                return [sch]
+            except ScheduleError:
+                pass
+        if self.config["into_producer"]:
+            try:
+                sch.reverse_compute_inline(block)
+            except ScheduleError:
+                pass
+        return [sch]
+
+
+class AddRFactor(ScheduleRule):
+    """A reduction whose spatial extent is smaller than the machine's parallelism gets a second
+    design space: its reduction loops fused, split in two by ``sample_perfect_tile`` and the inner
+    part ``rfactor``-ed, so the partial sums run in parallel."""
+
+    name = "AddRFactor"
+    params = {"max_jobs_per_core": 16, "max_innermost_factor": 64}
+
+    def __init__(self, cores: int = 1, **params: Any) -> None:
+        super().__init__(**params)
+        self.cores = cores
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        if not _is_reduction(sch, block) or not _trivially_bound(sch, block):
+            return [sch]
+        kinds = _iter_kinds(sch, block)
+        loops = sch.get_loops(block)
+        spatial = math.prod(_extent(sch, lp) for lp in loops if kinds.get(sch.get(lp).loop_var) == "S")
+        reduce = [lp for lp in loops if kinds.get(sch.get(lp).loop_var) == "R"]
+        if not reduce or spatial >= self.config["max_jobs_per_core"] * self.cores:
+            return [sch]
+        if math.prod(_extent(sch, lp) for lp in reduce) < 64:
+            return [sch]
+        # the reduction loops must be innermost and consecutive to fuse them
+        if loops[-len(reduce) :] != reduce:
+            return [sch]
+        fork = sch.copy()
+        try:
+            fused = fork.fuse(reduce) if len(reduce) > 1 else reduce[0]
+            tiles = fork.sample_perfect_tile(fused, n=2, max_innermost_factor=self.config["max_innermost_factor"])
+            _, inner = fork.split(fused, tiles)
+            rf = fork.rfactor(inner, 0)
+            fork.annotate(rf, "meta_schedule.random_compute_producer", 1)
+        except ScheduleError:
+            return [sch]
+        return [sch, fork]
+
+
+class MultiLevelTiling(ScheduleRule):
+    """Tile a reduction block ``SSRSRS`` (TVM's CPU structure), with an optional write cache.
+
+    Before (GEMM)::
+
+        for b, i, j, k in T.grid(1, 1024, 1024, 1024):  Z[...] += X[...] * Y[...]
+
+    After (one design space; the tile sizes are sampled)::
+
+        for b_0, i_0, j_0, b_1, i_1, j_1, k_0, b_2, i_2, j_2, k_1, b_3, i_3, j_3 in ...:  Z[...] += ...
+    """
+
+    name = "MultiLevelTiling"
+    params = {
+        "structure": "SSRSRS",
+        "max_innermost_factor": 64,
+        "cache_write_levels": [1, 2],
+        "cache_write_scope": "global",
+        "cache_write_optional": True,
+        "pack_reads": True,
+    }
+
+    def __init__(self, vector_bits: int = 0, **params: Any) -> None:
+        super().__init__(**params)
+        self.vector_bits = vector_bits
+
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        super().check_params(params)
+        structure = params.get("structure", cls.params["structure"])
+        if not structure or set(structure) - {"S", "R"} or "S" not in structure:
+            raise SearchSpaceError(
+                f"rule {cls.name} parameter structure must be a string of S and R with at least one S, got {structure!r}"
+            )
+        for level in params.get("cache_write_levels", cls.params["cache_write_levels"]):
+            if not 1 <= level <= structure.count("S"):
+                raise SearchSpaceError(
+                    f"rule {cls.name} parameter cache_write_levels: {level!r} is not a spatial level "
+                    f"1..{structure.count('S')} of structure {structure}"
+                )
+
+    def applies(self, sch: Schedule, block: BlockRV) -> bool:
+        blk = sch.get(block)
+        if dict(blk.annotations).get(TILING_STRUCTURE) or not _is_reduction(sch, block):
+            return False
+        if _in_intrinsic_tile(sch, block):
+            return False
+        return _trivially_bound(sch, block)
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        if not self.applies(sch, block):
+            return [sch]
+        spaces = self.tile(sch.copy(), block)
+        if self.config["pack_reads"] and self.vector_bits:
+            packed = sch.copy()
+            if self._pack_reads(packed, block):
+                spaces += self.tile(packed, block)
+        return spaces
+
+    def _pack_reads(self, sch: Schedule, block: BlockRV) -> bool:
+        """Stage each read whose last dimension is a spatial iterator of the output and whose other
+        dimensions hold a reduction iterator (GEMM's ``Y[k, j]``) into vector-wide panels
+        ``(j // L, ..., j % L)`` (``L`` lanes): the rows of a panel become adjacent, instead of
+        one buffer row apart. Returns whether any read was staged."""
+        from ..ir import BufferLoad
+        from ..ir.functor import post_order_visit
+
+        realize, _ = sch._block_realize(block)
+        blk = realize.block
+        kinds = {iv.var: iv.iter_type for iv in blk.iter_vars}
+        loads: dict[str, BufferLoad] = {}
+        post_order_visit(blk.body, lambda n: loads.setdefault(n.buffer.name, n) if isinstance(n, BufferLoad) else None)
+        out_buf = blk.writes[0].buffer.name if blk.writes else None
+        staged = False
+        for name in [r.buffer.name for r in blk.reads]:
+            load = loads.get(name)
+            if load is None or name == out_buf or len(load.indices) < 2:
+                continue
+            last = load.indices[-1]
+            if not (isinstance(last, Var) and kinds.get(last) == IterType.SPATIAL):
+                continue
+            if any(last in free_vars(i) for i in load.indices[:-1]):
+                continue
+            if not any(kinds.get(v) == IterType.REDUCE for i in load.indices[:-1] for v in free_vars(i)):
+                continue
+            ext = load.buffer.shape[-1]
+            lanes = max(1, self.vector_bits // load.buffer.dtype.bits)
+            if not isinstance(ext, IntImm) or ext.value % lanes or ext.value <= lanes:
+                continue
+            index = next(i for i, r in enumerate(sch.get(block).reads) if r.buffer.name == name)
+            try:
+                pack = sch.cache_read(block, index, "global")
+                dims = [f"d{i}" for i in range(len(load.indices))]
+                imap = (
+                    f"lambda {', '.join(dims)}: ({dims[-1]} // {lanes}, {', '.join(dims[:-1])}, {dims[-1]} % {lanes})"
+                )
+                sch.transform_layout(pack, ("write", 0), imap)
+            except ScheduleError:
+                return False
+            staged = True
+        return staged
+
+    def tile(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        """Tile ``block`` (its loops bound one to one to its iterators) and fork the write cache."""
+        structure = self.config["structure"]
+        kinds = _iter_kinds(sch, block)
+        groups: list[list[Any]] = [[] for _ in structure]
+        s_levels = [p for p, c in enumerate(structure) if c == "S"]
+        r_levels = [p for p, c in enumerate(structure) if c == "R"]
+        unit: list[Any] = []
+        for loop in sch.get_loops(block):
+            var = sch.get(loop).loop_var
+            levels = r_levels if kinds.get(var) == "R" else s_levels
+            if _extent(sch, loop) == 1 or not levels:
+                unit.append(loop)
+                continue
+            if len(levels) == 1:
+                groups[levels[0]].append(loop)
+                continue
+            tiles = sch.sample_perfect_tile(
+                loop, n=len(levels), max_innermost_factor=self.config["max_innermost_factor"]
+            )
+            for level, part in zip(levels, sch.split(loop, tiles), strict=True):
+                groups[level].append(part)
+        order = unit + [lp for g in groups for lp in g]
+        sch.reorder(order)
+        sch.annotate(block, TILING_STRUCTURE, structure)
+        spaces = [sch] if self.config["cache_write_optional"] else []
+        if not self.config["cache_write_levels"]:
+            return spaces or [sch]
+        for level in self.config["cache_write_levels"]:
+            fork = sch.copy()
+            anchor_group = groups[s_levels[level - 1]]
+            anchor = anchor_group[-1] if anchor_group else None
+            if anchor is None:
+                continue
+            try:
+                cw = fork.cache_write(block, 0, self.config["cache_write_scope"])
+                fork.reverse_compute_at(cw, anchor, preserve_unit_loops=True)
+            except ScheduleError:
+                continue
+            spaces.append(fork)
+        return spaces or [sch]
+
+
+class MultiLevelTilingWithIntrin(MultiLevelTiling):
+    """Map a block onto one of the hardware's tensor intrinsics, then tile its outer block.
+
+    ``tile_with_intrin`` (the matcher's first usable mapping) makes the block's innermost loops
+    one intrinsic tile and blockizes them; the outer block is tiled ``SSRSRS`` and marked
+    ``meta_schedule.auto_tensorize = <intrinsic>`` so that the tensorize postprocessor calls
+    ``sch.tensorize`` once the reduction init has been split off. The first intrinsic (in the
+    YAML's order) that applies wins; a block no intrinsic fits is left to the next rule."""
+
+    name = "MultiLevelTilingWithIntrin"
+    params = {**MultiLevelTiling.params, "intrinsics": [""]}
+
+    def __init__(self, intrinsics: Sequence[Any] = (), **params: Any) -> None:
+        names = params.pop("intrinsics", None)
+        super().__init__(**params)
+        offered = list(intrinsics)
+        if names is not None:
+            by_name = {i.name: i for i in offered}
+            missing = [n for n in names if n not in by_name]
+            if missing:
+                raise SearchSpaceError(
+                    f"rule {self.name} parameter intrinsics names {', '.join(missing)}, which the hardware does not offer "
+                    f"(it offers: {', '.join(by_name) or 'none'})"
+                )
+            offered = [by_name[n] for n in names]
+        self.intrinsics = offered
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        from ..intrin import tile_with_intrin
+
+        if not self.intrinsics or not self.applies(sch, block):
+            return [sch]
+        for intrin in self.intrinsics:
+            try:
+                outer = tile_with_intrin(sch, block, intrin, decompose_init=False)
+            except ScheduleError:
+                continue
+            sch.annotate(outer, AUTO_TENSORIZE, intrin.name)
+            return self.tile(sch, outer)
+        return [sch]
+
+
+class ParallelizeVectorizeUnroll(ScheduleRule):
+    """Annotate the root block (once): the parallel extent (a sampled multiple of the cores), the
+    largest vectorized extent, and a sampled explicit-unroll step; the postprocessor rewrites
+    them into ``parallel``/``vectorize``/``unroll`` on every block's loops."""
+
+    name = "ParallelizeVectorizeUnroll"
+    params = {
+        "max_jobs_per_core": 16,
+        "max_vectorize_extent": 64,
+        "unroll_max_steps": [0, 16, 64, 512],
+        "parallel_jobs_per_core": [1, 4, 16],
+    }
+
+    def __init__(self, cores: int = 1, **params: Any) -> None:
+        super().__init__(**params)
+        self.cores = cores
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        if sch.get(block).name != "root" or dict(sch.get(block).annotations).get(UNROLL) is not None:
+            return [sch]
+        jobs = sorted(
+            {min(j, self.config["max_jobs_per_core"]) * self.cores for j in self.config["parallel_jobs_per_core"]}
+        )
+        if jobs:
+            par = sch.sample_categorical(jobs, [1.0] * len(jobs))
+            sch.annotate(block, PARALLEL, par)
+        if self.config["max_vectorize_extent"] > 1:
+            sch.annotate(block, VECTORIZE, self.config["max_vectorize_extent"])
+        steps = self.config["unroll_max_steps"]
+        if steps:
+            step = sch.sample_categorical(list(steps), [1.0] * len(steps))
+            sch.annotate(block, UNROLL, step)
+        return [sch]
+
+
+class RandomComputeLocation(ScheduleRule):
+    """Compute a block that no rule tiled at a sampled loop of its consumer
+    (``sample_compute_location`` + ``compute_at``; the sample may choose the root)."""
+
+    name = "RandomComputeLocation"
+    params = {}
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        blk = sch.get(block)
+        if blk.name == "root" or dict(blk.annotations).get(TILING_STRUCTURE) or _is_output(sch, block):
+            return [sch]
+        if not sch.get_loops(block):
+            return [sch]
+        try:
+            consumers = sch.get_consumers(block)
+        except ScheduleError:
+            return [sch]
+        if len(consumers) != 1:
+            return [sch]
+        fork = sch.copy()
+        try:
+            loc = fork.sample_compute_location(block)
+            fork.compute_at(block, loc)
+        except ScheduleError:
+            return [sch]
+        return [fork]
+
+
+RULES: dict[str, type[ScheduleRule]] = {
+    r.name: r
+    for r in (
+        AutoInline,
+        AddRFactor,
+        MultiLevelTilingWithIntrin,
+        MultiLevelTiling,
+        ParallelizeVectorizeUnroll,
+        RandomComputeLocation,
+    )
+}
+
+
+def rules_for(hardware: Any) -> list[ScheduleRule]:
+    """The rules for a hardware descriptor: its YAML's ``search.rules`` list, else the defaults
+    for its kind (CPU: AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when it lists
+    intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation)."""
+    if hardware.kind != "cpu":
+        raise SearchSpaceError(
+            f"hardware {hardware.name} is of kind {hardware.kind}; the search supports kind cpu only for now"
+        )
+    spec = getattr(hardware, "search", None)
+    listed = spec.rules if spec is not None and spec.rules else None
+    if listed is None:
+        listed = tuple((name, ()) for name in RULES if name != "MultiLevelTilingWithIntrin" or hardware.intrinsics)
+    rules = []
+    for name, params in listed:
+        cls = RULES.get(name)
+        if cls is None:
+            raise SearchSpaceError(
+                f"hardware {hardware.name}: unknown search rule {name!r}; the rules are: {', '.join(RULES)}"
+            )
+        kwargs = dict(params)
+        try:
+            if cls is MultiLevelTilingWithIntrin:
+                rules.append(cls(intrinsics=hardware.intrinsics, **kwargs))
+            elif cls in (AddRFactor, ParallelizeVectorizeUnroll):
+                rules.append(cls(cores=hardware.cores, **kwargs))
+            elif cls is MultiLevelTiling:
+                rules.append(cls(vector_bits=hardware.vector_bits, **kwargs))
+            else:
+                rules.append(cls(**kwargs))
+        except SearchSpaceError as err:
+            raise SearchSpaceError(f"hardware {hardware.name}: {err}") from None
+    return rules
+
+
+# --------------------------------------------------------------------------------------------
+# the design space
+
+
+@dataclass
+class Candidate:
+    """A program of the search: the trace that makes it (design part, ``enter_postproc``, then the
+    postprocessing), the program, and its structural hash (equal programs are one candidate)."""
+
+    trace: Trace
+    func: PrimFunc
+    key: str
+    space: int = 0  # index of the design-space trace it came from
+    features: Any = field(default=None, repr=False)
+
+    @property
+    def design_trace(self) -> Trace:
+        """The design part: sampling decisions included, postprocessing removed."""
+        return self.trace.simplified(remove_postproc=True)
+
+
+def _sampling_fresh(inst: Any, recorded: Any) -> None:
+    return None
+
+
+class DesignSpace:
+    """The design-space traces of ``func`` for ``hardware`` and the way to make candidates of them.
+
+    ``rules`` defaults to :func:`rules_for`; ``postprocs`` to :func:`.postproc.postprocs_for`."""
+
+    def __init__(
+        self,
+        func: PrimFunc,
+        hardware: Any,
+        rules: list[ScheduleRule] | None = None,
+        postprocs: list[Any] | None = None,
+        traces: list[Trace] | None = None,
+    ) -> None:
+        from .postproc import postprocs_for
+
+        self.func = func
+        self.hardware = hardware
+        self.rules = rules_for(hardware) if rules is None else rules
+        self.postprocs = postprocs_for(hardware) if postprocs is None else postprocs
+        self.traces = self._generate() if traces is None else list(traces)
+        if not self.traces:
+            raise SearchSpaceError("the rules produced no design space")
+
+    def _generate(self) -> list[Trace]:
+        """Apply every rule to every block, consumers first; a block a rule creates (a packed
+        copy, a write cache) gets the rules too, except AutoInline (which would undo it); the
+        root block's rules run last."""
+        root = Schedule(self.func, seed=0, check=False, error_detail="fast")
+        initial = [root.get(b).name for b in _blocks_post_order(root)]
+        queue: list[tuple[Schedule, list[str], frozenset[str]]] = [(root, initial, frozenset(initial))]
+        final: list[Schedule] = []
+        while queue:
+            sch, todo, known = queue.pop(0)
+            if not todo:
+                out = [sch]
+                for rule in self.rules:
+                    out = [s for st in out for s in rule.apply(st, st.get_block("root"))]
+                final.extend(out)
+                continue
+            name, rest = todo[0], todo[1:]
+            states = [sch]
+            for rule in self.rules:
+                if isinstance(rule, AutoInline) and name not in initial:
+                    continue
+                nxt: list[Schedule] = []
+                for st in states:
+                    try:
+                        block = st.get_block(name)
+                    except ScheduleError:
+                        nxt.append(st)  # inlined by an earlier rule
+                        continue
+                    nxt.extend(rule.apply(st, block))
+                states = nxt
+            for st in states:
+                new = [n for n in (st.get(b).name for b in _blocks_post_order(st)) if n not in known]
+                queue.append((st, rest + new, known | set(new)))
+        return [s.trace.simplified() for s in final]
+
+    def _replay(self, trace: Trace, provider: Any, seed: int) -> Schedule:
+        sch = Schedule(self.func, seed=seed, check=False, error_detail="none")
+        trace.apply(sch, provider, remove_postproc=True)
+        return sch
+
+    def postprocess(self, sch: Schedule) -> bool:
+        """Run the postprocessors on ``sch`` (after ``enter_postproc``); False when one rejects it."""
+        sch.enter_postproc()
+        for p in self.postprocs:
+            try:
+                if not p.apply(sch):
+                    return False
+            except ScheduleError:
+                return False
+        return True
+
+    def _candidate(self, sch: Schedule, space: int) -> Candidate | None:
+        if not self.postprocess(sch):
+            return None
+        return Candidate(sch.trace, sch.func, _key(sch.func), space)
+
+    def sample(self, rng: random.Random) -> Candidate | None:
+        """A fresh candidate: a design-space trace replayed with new random decisions; None when
+        the sample is invalid (a primitive or postprocessor refused it)."""
+        space = rng.randrange(len(self.traces))
+        return self.sample_space(space, rng.randrange(1 << 31))
+
+    def sample_space(self, space: int, seed: int) -> Candidate | None:
+        """A fresh candidate of design-space trace ``space`` with decisions drawn from ``seed``."""
+        try:
+            sch = self._replay(self.traces[space], _sampling_fresh, seed)
+        except (ScheduleError, ValueError):
+            return None
+        return self._candidate(sch, space)
+
+    def replay(self, design_trace: Trace, space: int = 0) -> Candidate | None:
+        """The candidate of a design trace with its recorded decisions (None when invalid)."""
+        try:
+            sch = self._replay(design_trace, None, 0)
+        except (ScheduleError, ValueError):
+            return None
+        return self._candidate(sch, space)
+
+
+def _key(func: PrimFunc) -> str:
+    return format(structural_hash(func) & ((1 << 64) - 1), "016x")
+
+
+def _blocks_post_order(sch: Schedule) -> list[BlockRV]:
+    """Every block under the root, consumers first (TVM's PostOrderApply visiting order)."""
+    out: list[BlockRV] = []
+
+    def visit(parent: Any) -> None:
+        for child in sch.get_child_blocks(parent):
+            visit(child)
+            out.append(child)
+
+    visit(sch.get_block("root"))
+    return out[::-1]

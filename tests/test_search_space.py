@@ -1,0 +1,271 @@
+"""The design space: rules, postprocessors and mutators (tensorsearch.search.space/postproc/mutator).
+
+Every sampled program is built and checked against numpy on fresh random inputs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+
+import tensorsearch as ts
+from tensorsearch import hardware, workloads
+from tensorsearch.ir import ForKind, structural_equal
+from tensorsearch.schedule import Schedule
+from tensorsearch.schedule.tree import walk_stmts
+from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
+from tensorsearch.search.postproc import postprocs_for
+from tensorsearch.search.space import (
+    AUTO_TENSORIZE,
+    AutoInline,
+    DesignSpace,
+    MultiLevelTiling,
+    ParallelizeVectorizeUnroll,
+    SearchSpaceError,
+    rules_for,
+)
+
+HOST = hardware.load("x86-emeraldrapids")
+
+
+def _check_runs(wl, func, rng):
+    xs = wl.make_inputs(rng)
+    expected = wl.reference(*xs)
+    mod = ts.build(func, HOST)
+    outs = [rng.uniform(-9, 9, size=o.shape).astype(o.dtype) for o in wl.outputs]  # garbage, not zeros
+    mod(*xs, *outs)
+    wl.check(outs, expected)
+    return mod
+
+
+def _kinds(func):
+    return [loc.node.kind for loc in walk_stmts(func.body) if hasattr(loc.node, "kind")]
+
+
+def _inst_names(trace):
+    return [i.kind.name for i in trace.insts]
+
+
+def test_default_rules_follow_the_descriptor():
+    names = [r.name for r in rules_for(HOST)]
+    assert names == [
+        "AutoInline",
+        "AddRFactor",
+        "MultiLevelTilingWithIntrin",
+        "MultiLevelTiling",
+        "ParallelizeVectorizeUnroll",
+        "RandomComputeLocation",
+    ]
+    arm = hardware.load("arm-graviton2")
+    assert "MultiLevelTilingWithIntrin" in [r.name for r in rules_for(arm)]
+    gpu = hardware.load("nvidia-sm86")
+    with pytest.raises(SearchSpaceError, match="nvidia-sm86 is of kind gpu"):
+        rules_for(gpu)
+
+
+def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
+    wl = workloads.make("GMM", (1, 64, 32, 48), "float32")
+    space = DesignSpace(wl.func, HOST)
+    # SSRSRS with no write cache, and the write cache under level 1 and under level 2; the same
+    # three again with Y (read [k, j]) packed into 16-lane panels
+    assert len(space.traces) == 6
+    for trace in space.traces:
+        tiles = [i for i in trace.insts if i.kind.name == "sample_perfect_tile"]
+        assert sorted(dict(i.args)["n"] for i in tiles) == [2, 4, 4]  # i, j spatial; k reduce (b has extent 1)
+        assert _inst_names(trace).count("sample_categorical") == 2  # parallel extent, unroll step
+    assert [_inst_names(t).count("cache_write") for t in space.traces] == [0, 1, 1, 0, 1, 1]
+    assert [_inst_names(t).count("cache_read") for t in space.traces] == [0, 0, 0, 1, 1, 1]
+    packs = [dict(i.args)["index_map"] for i in space.traces[3].insts if i.kind.name == "transform_layout"]
+    assert packs == ["lambda d0, d1, d2: (d2 // 16, d0, d1, d2 % 16)"]
+    rng = random.Random(0)
+    nprng = np.random.default_rng()
+    keys = set()
+    seen_kinds = set()
+    for _ in range(6):
+        cand = space.sample(rng)
+        assert cand is not None
+        keys.add(cand.key)
+        seen_kinds.update(_kinds(cand.func))
+        _check_runs(wl, cand.func, nprng)
+        # the candidate's trace replays to the very same program
+        sch = Schedule(wl.func)
+        cand.trace.apply(sch)
+        assert structural_equal(sch.func, cand.func)
+    assert len(keys) > 1
+    assert {ForKind.PARALLEL, ForKind.VECTORIZED} <= seen_kinds
+
+
+def test_postprocessing_equals_the_same_primitives_by_hand():
+    wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
+    rules = [
+        MultiLevelTiling(cache_write_levels=[], pack_reads=False),
+        ParallelizeVectorizeUnroll(cores=2, unroll_max_steps=[16]),
+    ]
+    space = DesignSpace(wl.func, HOST, rules=rules)
+    assert len(space.traces) == 1
+    tiles = {"i": [2, 1, 2, 4], "j": [1, 2, 1, 8], "k": [4, 4]}
+
+    def decide(inst, recorded):
+        if inst.kind.name == "sample_perfect_tile":
+            name = next(k for k, v in tiles.items() if len(v) == dict(inst.args)["n"] and k not in decide.used)
+            decide.used.add(name)
+            return tiles[name]
+        if inst.kind.name == "sample_categorical":
+            return 0  # parallel extent 2 (1 job per core x 2 cores); unroll step 16
+        return recorded
+
+    decide.used = set()
+    sch = Schedule(wl.func)
+    space.traces[0].apply(sch, decide)
+    assert space.postprocess(sch)
+    # by hand
+    ref = Schedule(wl.func)
+    z = ref.get_block("Z")
+    b, i, j, k = ref.get_loops(z)
+    i0, i1, i2, i3 = ref.split(i, tiles["i"])
+    j0, j1, j2, j3 = ref.split(j, tiles["j"])
+    k0, k1 = ref.split(k, tiles["k"])
+    ref.reorder([b, i0, j0, i1, j1, k0, i2, j2, k1, i3, j3])
+    ref.annotate(z, "meta_schedule.tiling_structure", "SSRSRS")
+    ref.decompose_reduction(z, k0)
+    fused = ref.fuse([b, i0])  # extent 1 * 2 reaches the parallel extent 2
+    ref.parallel(fused)
+    init = ref.get_block("Z_init")
+    ref.vectorize(ref.get_loops(init)[-1])
+    ref.vectorize(j3)
+    # unroll the innermost loops while the product of their extents stays within 16
+    init_loops = ref.get_loops(init)
+    ref.unroll(init_loops[-2])  # i3_init (4); then j2_init (1) is skipped and i2_init (2) makes 8
+    ref.unroll(init_loops[-4])
+    ref.unroll(i3)  # 4; j2 (1) skipped; k1 (4) makes 16
+    ref.unroll(k1)
+    assert structural_equal(sch.func, ref.func), sch.func.script()
+    _check_runs(wl, sch.func, np.random.default_rng())
+
+
+def test_int8_gemm_is_tensorized_with_the_yaml_intrinsic():
+    wl = workloads.make("GMM", (1, 64, 64, 64), "int8")
+    space = DesignSpace(wl.func, HOST)
+    for trace in space.traces:
+        names = _inst_names(trace)
+        assert "blockize" in names and "transform_layout" in names
+        ann = [dict(i.args)["ann_val"] for i in trace.insts if dict(i.args).get("ann_key") == AUTO_TENSORIZE]
+        assert ann == [HOST.intrinsics[0].name]
+    rng = random.Random(1)
+    nprng = np.random.default_rng()
+    for _ in range(3):
+        cand = space.sample(rng)
+        assert cand is not None
+        assert "tensorize" in _inst_names(cand.trace)
+        mod = _check_runs(wl, cand.func, nprng)
+        assert "vpdpbusd" in mod.assembly
+
+
+def test_convolution_inlines_its_padding_and_computes_the_convolution():
+    wl = workloads.reduced("C2D", 0, "float32")
+    space = DesignSpace(wl.func, HOST)
+    for trace in space.traces:
+        assert "compute_inline" in _inst_names(trace)
+    rng = random.Random(2)
+    nprng = np.random.default_rng()
+    for _ in range(3):
+        cand = space.sample(rng)
+        assert cand is not None
+        assert not any(getattr(loc.node, "name", None) == "PadInput" for loc in walk_stmts(cand.func.body))
+        _check_runs(wl, cand.func, nprng)
+
+
+def test_add_rfactor_forks_a_small_output_reduction():
+    wl = workloads.make("NRM", (1, 16, 256), "float32") if "NRM" in workloads.names() else None
+    space = DesignSpace(wl.func, HOST)
+    assert any("rfactor" in _inst_names(t) for t in space.traces)
+    rng = random.Random(3)
+    nprng = np.random.default_rng()
+    ok = 0
+    for _ in range(8):
+        cand = space.sample(rng)
+        if cand is not None and "rfactor" in _inst_names(cand.trace):
+            _check_runs(wl, cand.func, nprng)
+            ok += 1
+    assert ok
+
+
+def test_auto_inline_keeps_a_block_it_cannot_inline():
+    wl = workloads.make("GMM", (1, 8, 8, 8), "float32")
+    sch = Schedule(wl.func)
+    before = sch.func
+    out = AutoInline().apply(sch, sch.get_block("Z"))
+    assert out == [sch] and sch.func is before
+
+
+def test_mutators_change_one_decision_and_replay():
+    wl = workloads.make("GMM", (1, 64, 64, 64), "float32")
+    space = DesignSpace(wl.func, HOST)
+    rng = random.Random(4)
+    cand = space.sample(rng)
+    design = cand.design_trace
+    assert "enter_postproc" not in _inst_names(design)
+    for mutator in (MutateTileSize(), MutateUnroll(), MutateParallel()):
+        mutant = mutator.apply(design, rng)
+        assert mutant is not None, mutator
+        changed = [(a, b) for a, b in zip(design.insts, mutant.insts, strict=True) if a.decision != b.decision]
+        assert len(changed) == 1, mutator
+        old, new = changed[0]
+        if old.kind.name == "sample_perfect_tile":
+            assert math.prod(old.decision) == math.prod(new.decision)
+            assert new.decision[-1] <= dict(new.args)["max_innermost_factor"]
+        child = space.replay(mutant)
+        assert child is not None
+        if isinstance(mutator, MutateTileSize):  # other decisions may leave this program as it was
+            assert child.key != cand.key
+        _check_runs(wl, child.func, np.random.default_rng())
+    # no compute location to mutate in a single-block GEMM
+    assert MutateComputeLocation().apply(design, rng) is None
+
+
+def test_mutating_a_compute_location():
+    wl = workloads.make("GMM", (1, 32, 32, 32), "int8")  # the packed copy of Y is computed at a sampled loop
+    space = DesignSpace(wl.func, HOST)
+    rng = random.Random(5)
+    cand = space.sample(rng)
+    mutant = MutateComputeLocation().apply(cand.design_trace, rng)
+    assert mutant is not None
+    child = space.replay(mutant)
+    if child is not None:  # the primitive may fall back to the same location
+        _check_runs(wl, child.func, np.random.default_rng())
+
+
+def test_rules_listed_in_the_yaml(tmp_path):
+    text = (hardware.search_path()[0] / "x86-emeraldrapids.yaml").read_text()
+    custom = tmp_path / "custom.yaml"
+    custom.write_text(
+        text.replace("name: x86-emeraldrapids", "name: custom")
+        + "search:\n  rules:\n    - MultiLevelTiling: {cache_write_levels: [], max_innermost_factor: 8, pack_reads: false}\n"
+        + "    - ParallelizeVectorizeUnroll: {unroll_max_steps: [0]}\n"
+    )
+    hw = hardware.load(custom)
+    assert [r.name for r in rules_for(hw)] == ["MultiLevelTiling", "ParallelizeVectorizeUnroll"]
+    wl = workloads.make("GMM", (1, 32, 32, 32), "float32")
+    space = DesignSpace(wl.func, hw)
+    assert len(space.traces) == 1
+    tiles = [i for i in space.traces[0].insts if i.kind.name == "sample_perfect_tile"]
+    assert all(dict(i.args)["max_innermost_factor"] == 8 for i in tiles)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text + "search:\n  rules:\n    - MultiLevelTiling: {structure: SSXS}\n")
+    with pytest.raises(hardware.HardwareError, match=r"bad.yaml: search.rules\[0\].MultiLevelTiling: .*structure"):
+        hardware.load(bad)
+    bad.write_text(text + "search:\n  rules:\n    - Tiling\n")
+    with pytest.raises(hardware.HardwareError, match=r"search.rules\[0\]: unknown schedule rule 'Tiling'"):
+        hardware.load(bad)
+
+
+def test_postprocessors_reject_dynamic_loops():
+    assert [p.name for p in postprocs_for(HOST)] == [
+        "DisallowDynamicLoop",
+        "RewriteReductionBlock",
+        "RewriteTensorize",
+        "RewriteParallelVectorizeUnroll",
+    ]
