@@ -25,6 +25,7 @@ from tensorsearch.search.space import (
     MultiLevelTiling,
     ParallelizeVectorizeUnroll,
     SearchSpaceError,
+    TileLayoutCopy,
     rules_for,
 )
 
@@ -58,6 +59,7 @@ def test_default_rules_follow_the_descriptor():
         "MultiLevelTiling",
         "ParallelizeVectorizeUnroll",
         "RandomComputeLocation",
+        "TileLayoutCopy",
     ]
     arm = hardware.load("arm-graviton2")
     assert "MultiLevelTilingWithIntrin" in [r.name for r in rules_for(arm)]
@@ -269,3 +271,27 @@ def test_postprocessors_reject_dynamic_loops():
         "RewriteTensorize",
         "RewriteParallelVectorizeUnroll",
     ]
+
+
+def test_tile_layout_copy_tiles_a_packing_copy_by_its_layout():
+    wl = workloads.make("GMM", (1, 64, 64, 64), "int8")
+    sch = Schedule(wl.func)
+    z = sch.get_block("Z")
+    pack = sch.cache_read(z, 1, "global")
+    sch.transform_layout(pack, ("write", 0), "lambda b, k, j: (b, j // 16, k // 4, j % 16, k % 4)")
+    (out,) = TileLayoutCopy().apply(sch, pack)
+    # by hand: split k by 4 and j by 16, outer parts in Y's order (k, j), inner ones in the packed order
+    ref = Schedule(wl.func)
+    z = ref.get_block("Z")
+    rp = ref.cache_read(z, 1, "global")
+    ref.transform_layout(rp, ("write", 0), "lambda b, k, j: (b, j // 16, k // 4, j % 16, k % 4)")
+    k, j = ref.get_loops(rp)  # cache_read drops the unit batch loop
+    k0, k1 = ref.split(k, [None, 4])
+    j0, j1 = ref.split(j, [None, 16])
+    ref.reorder([k0, j0, j1, k1])
+    ref.unroll(j1)
+    ref.unroll(k1)
+    assert structural_equal(out.func, ref.func), out.func.script()
+    # a block that is not such a copy is left alone
+    sch2 = Schedule(wl.func)
+    assert TileLayoutCopy().apply(sch2, sch2.get_block("Z")) == [sch2]

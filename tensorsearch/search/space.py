@@ -75,12 +75,15 @@ def _is_reduction(sch: Schedule, block: BlockRV) -> bool:
 
 
 def _trivially_bound(sch: Schedule, block: BlockRV) -> bool:
-    """Every iterator bound to one distinct loop variable, all loops of constant extent."""
+    """Every iterator bound to one distinct loop variable (or a unit one to a constant), all
+    loops of constant extent."""
     realize, _ = sch._block_realize(block)
     loops = [sch.get(lp) for lp in sch.get_loops(block)]
     loop_vars = {lp.loop_var for lp in loops}
     seen = set()
     for value in realize.iter_values:
+        if isinstance(value, IntImm):
+            continue  # a unit iterator bound to its only value
         if not (isinstance(value, Var) and value in loop_vars) or value in seen:
             return False
         seen.add(value)
@@ -461,6 +464,69 @@ class RandomComputeLocation(ScheduleRule):
         return [fork]
 
 
+class TileLayoutCopy(ScheduleRule):
+    """Tile a copy into a packed layout by the layout's own tiles (not in TVM; our addition).
+
+    A spatial block that only copies ``dst[f(v)] = src[g(v)]`` where ``f`` splits iterators
+    with ``v // c`` and ``v % c`` (a ``transform_layout`` into panels, as ``tile_with_intrin`` and
+    read packing make) gets each such loop split by ``c``; the outer parts keep the order of the
+    source's dimensions and the inner parts follow the destination's, unrolled, so each tile of
+    the destination is written whole from a few source rows (LLVM turns it into shuffles).
+    Before (VNNI's packing of ``Y[k, j]``)::
+
+        for b, j, k in T.grid(1, 1024, 1024):  Y_p[b, j // 16, k // 4, j % 16, k % 4] = Y[b, k, j]
+
+    After::
+
+        for b, k_0, j_0 in T.grid(1, 256, 64):
+            for j_1 in T.unroll(16):
+                for k_1 in T.unroll(4):  Y_p[...] = Y[b, k_0 * 4 + k_1, j_0 * 16 + j_1]
+    """
+
+    name = "TileLayoutCopy"
+    params = {"max_tile": 256}
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        from ..ir import BufferLoad, BufferStore, FloorDiv, FloorMod
+
+        blk = sch.get(block)
+        body = blk.body
+        if blk.name == "root" or _is_reduction(sch, block) or not _trivially_bound(sch, block):
+            return [sch]
+        if not (isinstance(body, BufferStore) and isinstance(body.value, BufferLoad)):
+            return [sch]
+        factors: dict[Var, int] = {}
+        order_dst: list[Var] = []
+        for idx in body.indices:
+            if isinstance(idx, FloorMod) and isinstance(idx.a, Var) and isinstance(idx.b, IntImm):
+                factors[idx.a] = idx.b.value
+                order_dst.append(idx.a)
+            elif not isinstance(idx, Var | FloorDiv):
+                return [sch]
+        if not factors or math.prod(factors.values()) > self.config["max_tile"]:
+            return [sch]
+        realize, _ = sch._block_realize(block)
+        loop_of = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True)}
+        src_order = [v for idx in body.value.indices for v in free_vars(idx) if v in loop_of]
+        loops = {sch.get(lp).loop_var: lp for lp in sch.get_loops(block)}
+        fork = sch.copy()
+        try:
+            outer, inner = {}, {}
+            for v, c in factors.items():
+                lp = loops[loop_of[v]]
+                if _extent(fork, lp) % c:
+                    return [sch]
+                outer[v], inner[v] = fork.split(lp, [None, c])
+            rest = [lp for var, lp in loops.items() if var not in {loop_of[v] for v in factors}]
+            ordered = rest + [outer[v] for v in src_order if v in outer] + [inner[v] for v in order_dst]
+            fork.reorder(ordered)
+            for v in order_dst:
+                fork.unroll(inner[v])
+        except (ScheduleError, KeyError):
+            return [sch]
+        return [fork]
+
+
 RULES: dict[str, type[ScheduleRule]] = {
     r.name: r
     for r in (
@@ -470,6 +536,7 @@ RULES: dict[str, type[ScheduleRule]] = {
         MultiLevelTiling,
         ParallelizeVectorizeUnroll,
         RandomComputeLocation,
+        TileLayoutCopy,
     )
 }
 
@@ -477,7 +544,8 @@ RULES: dict[str, type[ScheduleRule]] = {
 def rules_for(hardware: Any) -> list[ScheduleRule]:
     """The rules for a hardware descriptor: its YAML's ``search.rules`` list, else the defaults
     for its kind (CPU: AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when it lists
-    intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation)."""
+    intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
+    TileLayoutCopy)."""
     if hardware.kind != "cpu":
         raise SearchSpaceError(
             f"hardware {hardware.name} is of kind {hardware.kind}; the search supports kind cpu only for now"
