@@ -1,0 +1,633 @@
+"""Measuring candidates on Ray: parallel builds, one runner actor per node, isolated failures.
+
+::
+
+    init_ray()                                   # an embedded local cluster (or init_ray("10.0.0.1:6379"))
+    wl = workloads.make("GMM", (1, 64, 64, 64), "float32")
+    with Measurer(wl.func, "x86-emeraldrapids", workload=wl) as m:
+        results = m.measure([sch1.func, sch2.func])
+    results[0].ok, results[0].latency            # True, 2.1e-05 (median seconds per call)
+    results[1].error                             # e.g. "wrong result: Not equal to tolerance ...; ..."
+
+How a batch is measured (:meth:`Measurer.measure`):
+
+1. **Build.** Every candidate is lowered, compiled and linked in its own Ray task (one CPU each,
+   at most as many in flight as the cluster has CPUs, spread over the cluster by Ray). A task
+   returns the shared library's bytes and its JSON sidecar, so nodes need no shared file system.
+   A task still running ``build_timeout_s`` after it was submitted is cancelled (its worker
+   killed). All builds of the batch finish before any timing starts.
+2. **Run.** Each alive node with CPUs gets one runner actor, pinned there (hard node affinity).
+   It holds no Ray CPU (so builds can still be scheduled) but owns the node's CPUs for timing by
+   protocol: the driver sends one candidate at a time to each runner and waits for it, and no
+   build runs while timing, so timings never overlap on a node. Runners of different nodes
+   measure different candidates in parallel; the nodes are assumed to match the descriptor.
+   Runners start with ``OMP_WAIT_POLICY=passive`` and ``OMP_NUM_THREADS`` = the node's CPUs
+   (Ray would otherwise set it to 1 for an actor without CPUs, making parallel loops serial).
+3. **Check.** The runner writes the library to a local temporary directory, loads it and runs it
+   once on fixed random inputs (``workload.make_inputs(seed)``) with outputs freshly filled with
+   random garbage (so a kernel that skips part of its output is caught), and compares with
+   reference outputs computed once per Measurer (``workload.reference`` when a workload is
+   given, else the unscheduled function compiled as is), by ``workload.check`` or the same
+   tolerance rule. A mismatch is the error ``"wrong result: ..."``. A candidate is checked on its
+   first measurement by this Measurer (by structural hash) and only run on later ones.
+4. **Time.** ``mod.time(number, repeat)``; when ``number`` is None it grows until one repeat
+   takes at least ``min_repeat_ms`` (20 ms). The latencies are seconds per call, one per repeat.
+
+Failures are results, never exceptions: a build error is ``"build: <error>"``; a candidate that
+kills its runner (segfault, illegal instruction, abort) is ``"run: crashed (...)"``; one whose
+first run lasts more than ``timeout_s`` (or whose timing lasts ``timeout_s`` plus three times the
+expected time) is ``"run: timed out after X s"``. In both cases the runner is replaced by a
+fresh one on the same node and the batch goes on with the next candidate.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import faulthandler
+import logging
+import math
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from ..ir.stmt import Block, IterType, PrimFunc
+
+__all__ = ["MeasureResult", "Measurer", "init_ray"]
+
+_MAX_ERROR_CHARS = 1000
+_RUNNER_START_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class MeasureResult:
+    """The outcome of measuring one candidate: latencies (seconds per call, one per repeat), or an error."""
+
+    latencies: tuple[float, ...]
+    error: str | None
+    build_seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and len(self.latencies) > 0
+
+    @property
+    def latency(self) -> float:
+        """The median latency in seconds; ``math.inf`` when it failed."""
+        return statistics.median(self.latencies) if self.ok else math.inf
+
+
+def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
+    """Connect to Ray once per process: a new embedded local cluster when ``address`` is None
+    (without dashboard, quiet logging), else the cluster at ``address``. Later calls do nothing.
+
+    ``num_cpus`` limits the local cluster's CPUs (all of the machine's by default).
+    """
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    import ray
+
+    if ray.is_initialized():
+        return
+    if address is None:
+        ray.init(
+            address="local",  # a new cluster, even when RAY_ADDRESS names one
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+            log_to_driver=False,
+            num_cpus=num_cpus,
+        )
+    else:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+
+
+def _short(e: BaseException | str) -> str:
+    text = e if isinstance(e, str) else f"{type(e).__name__}: {e}"
+    text = text.strip()
+    return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
+
+
+# ------------------------------------------------------------------------------------------
+# builds (Ray tasks)
+
+
+def _build(func: PrimFunc, target: Any) -> dict[str, Any]:
+    """Lower, compile and link ``func``; return the library's bytes and sidecar, or the error."""
+    t0 = time.perf_counter()
+    try:
+        from ..runtime.module import build
+
+        mod = build(func, target, jit=False)
+        with tempfile.TemporaryDirectory(prefix="tensorsearch-build-") as tmp:
+            path = os.path.join(tmp, "candidate.so")
+            mod.save(path)
+            with open(path, "rb") as f:
+                so = f.read()
+            with open(path + ".json") as f:
+                sidecar = f.read()
+    except Exception as e:
+        return {"error": "build: " + _short(e), "seconds": time.perf_counter() - t0}
+    return {"error": None, "so": so, "sidecar": sidecar, "seconds": time.perf_counter() - t0}
+
+
+@cache
+def _remote_build() -> Any:
+    import ray
+
+    return ray.remote(num_cpus=1, max_retries=0)(_build)
+
+
+# ------------------------------------------------------------------------------------------
+# the runner (a Ray actor, one per node)
+
+
+def _garbage(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    """A fresh array of random values (never what a correct kernel writes, almost surely)."""
+    if np.issubdtype(dtype, np.integer):
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    return (rng.standard_normal(size=shape) * 1e3).astype(dtype)
+
+
+class _Runner:
+    """Loads candidates on its node, checks them once and times them; one call at a time."""
+
+    def __init__(
+        self,
+        inputs: list[np.ndarray],
+        out_positions: list[int],
+        expected: list[np.ndarray],
+        checker: Callable[[list[np.ndarray], list[np.ndarray]], None],
+        token: str,
+        seed: int,
+    ) -> None:
+        from ..runtime import module  # noqa: F401 - imported now, not during the first (timed-out) run
+
+        self.inputs = inputs
+        self.out_positions = out_positions
+        self.expected = expected
+        self.checker = checker
+        self.rng = np.random.default_rng(seed + 1)
+        self.dir = os.path.join(tempfile.gettempdir(), token)  # the libraries and the fault handler's file
+        os.makedirs(self.dir, exist_ok=True)
+        self.count = 0
+        self.mod: Any = None
+        self.args: list[np.ndarray] = []
+        self._crash_file = open(os.path.join(self.dir, "crash.txt"), "w")  # held open while the process lives
+        faulthandler.enable(file=self._crash_file, all_threads=False)
+
+    def _arguments(self) -> list[np.ndarray]:
+        args: list[Any] = []
+        inputs = iter(self.inputs)
+        outs = dict(zip(self.out_positions, self.expected, strict=True))
+        for k in range(len(self.inputs) + len(self.expected)):
+            want = outs.get(k)
+            args.append(next(inputs).copy() if want is None else _garbage(want.shape, want.dtype, self.rng))
+        return args
+
+    def load_and_check(self, so: bytes, sidecar: str, check: bool) -> dict[str, Any]:
+        """Load the library and run it once on the inputs; compare the outputs when ``check``."""
+        from ..runtime.module import load_module
+
+        self.mod = None
+        self.count += 1
+        path = os.path.join(self.dir, f"candidate{self.count}.so")  # a fresh name: dlopen caches by path
+        try:
+            with open(path, "wb") as f:
+                f.write(so)
+            with open(path + ".json", "w") as f:
+                f.write(sidecar)
+            mod = load_module(path)
+            args = self._arguments()
+            t0 = time.perf_counter()
+            mod(*args)
+            first = time.perf_counter() - t0
+        except Exception as e:
+            return {"error": "run: " + _short(e), "first": 0.0}
+        finally:
+            for p in (path, path + ".json"):
+                with contextlib.suppress(OSError):
+                    os.remove(p)
+        if check:
+            try:
+                self.checker([args[k] for k in self.out_positions], self.expected)
+            except AssertionError as e:
+                lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+                return {"error": "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ"), "first": first}
+        self.mod, self.args = mod, args
+        return {"error": None, "first": first}
+
+    def time(self, number: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
+        """Time the loaded candidate: seconds per call of each repeat."""
+        try:
+            r = self.mod.time(*self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+        except Exception as e:
+            return {"error": "run: " + _short(e), "latencies": []}
+        finally:
+            self.mod, self.args = None, []
+        return {"error": None, "latencies": list(r.results)}
+
+    def crash_report(self, token: str) -> str | None:
+        """What Python's fault handler wrote when the runner ``token`` died on this node; removes its files."""
+        old = os.path.join(tempfile.gettempdir(), token)
+        try:
+            with open(os.path.join(old, "crash.txt")) as f:
+                text = f.read()
+        except OSError:
+            text = ""
+        shutil.rmtree(old, ignore_errors=True)
+        for line in text.splitlines():
+            if line.startswith("Fatal Python error:"):
+                return line.removeprefix("Fatal Python error:").strip()
+        return None
+
+    def ready(self) -> bool:
+        return True
+
+    def close(self) -> None:
+        faulthandler.disable()
+        self._crash_file.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@cache
+def _remote_runner() -> Any:
+    import ray
+
+    return ray.remote(num_cpus=0, max_restarts=0, max_task_retries=0)(_Runner)
+
+
+# ------------------------------------------------------------------------------------------
+# reference data
+
+
+def _reduction_size(func: PrimFunc) -> int:
+    """The largest product of reduction-iterator extents over the blocks (at least 1)."""
+    from ..ir.expr import IntImm
+    from ..ir.functor import post_order_visit
+
+    best = [1]
+
+    def visit(n: Any) -> None:
+        if isinstance(n, Block):
+            size = 1
+            for iv in n.iter_vars:
+                if iv.iter_type == IterType.REDUCE and isinstance(iv.dom.extent, IntImm):
+                    size *= iv.dom.extent.value
+            best[0] = max(best[0], size)
+
+    post_order_visit(func.body, visit)
+    return best[0]
+
+
+def _random_input(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) -> np.ndarray:
+    """Like Workload.make_inputs: floats in [-1, 1), int8/uint8 over their range, other ints small."""
+    if dtype == np.uint8:
+        return rng.integers(0, 256, size=shape, dtype=np.uint8)
+    if dtype == np.int8:
+        return rng.integers(-128, 128, size=shape, dtype=np.int8)
+    if np.issubdtype(dtype, np.integer):
+        return rng.integers(-8 if np.issubdtype(dtype, np.signedinteger) else 0, 9, size=shape).astype(dtype)
+    if dtype == np.bool_:
+        return rng.integers(0, 2, size=shape).astype(np.bool_)
+    return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
+
+
+class _ToleranceCheck:
+    """Workload.check's rule for a bare function: exact for integers, else rtol = atol = base * widen,
+    atol scaled by the largest expected magnitude (base 1e-5, or 1e-2 for 16-bit floats)."""
+
+    def __init__(self, names: list[str], widen: float) -> None:
+        self.names = names
+        self.widen = widen
+
+    def __call__(self, actual: list[np.ndarray], expected: list[np.ndarray]) -> None:
+        for got, want, name in zip(actual, expected, self.names, strict=True):
+            if got.shape != want.shape:
+                raise AssertionError(f"output {name} has shape {got.shape}, expected {want.shape}")
+            if not np.issubdtype(want.dtype, np.inexact):
+                np.testing.assert_array_equal(got, want, err_msg=f"output {name}")
+                continue
+            base = 1e-2 if want.dtype.itemsize <= 2 else 1e-5
+            tol = base * self.widen
+            scale = max(1.0, float(np.abs(want.astype(np.float64)).max()))
+            np.testing.assert_allclose(
+                got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol * scale, err_msg=f"output {name}"
+            )
+
+
+def _reference(func: PrimFunc, workload: Any, seed: int) -> tuple[list[np.ndarray], list[int], list[np.ndarray], Any]:
+    """(inputs, output positions, expected outputs, checker) for the candidates of ``func``."""
+    from ..runtime.module import build, signature
+
+    if workload is not None:
+        inputs = workload.make_inputs(seed)
+        n_in, n_out = len(workload.inputs), len(workload.outputs)
+        if len(func.params) != n_in + n_out:
+            raise ValueError(
+                f"the function takes {len(func.params)} parameters but workload {workload.key} has "
+                f"{n_in} inputs and {n_out} outputs"
+            )
+        return inputs, list(range(n_in, n_in + n_out)), workload.reference(*inputs), workload.check
+    from ..ir.dtype import numpy_dtype, parse_dtype
+
+    params = signature(func)
+    scalars = [p.name for p in params if p.kind != "buffer"]
+    if scalars:
+        raise ValueError(f"cannot measure a function with scalar parameters ({', '.join(scalars)}) without a workload")
+    if any(s is None for p in params for s in p.shape):
+        raise ValueError("cannot measure a function with symbolic buffer shapes without a workload")
+    rng = np.random.default_rng(seed)
+    out_positions = [k for k, p in enumerate(params) if p.written]
+    if not out_positions:
+        raise ValueError("the function writes none of its parameters, so there is nothing to measure")
+    args = []
+    for p in params:
+        dt = numpy_dtype(parse_dtype(p.dtype))
+        shape = tuple(int(s) for s in p.shape)
+        args.append(np.zeros(shape, dt) if p.written else _random_input(shape, dt, rng))
+    build(func, None)(*args)  # the unscheduled function, compiled as is for the host
+    inputs = [a for k, a in enumerate(args) if k not in out_positions]
+    expected = [args[k] for k in out_positions]
+    widen = max(1.0, math.sqrt(_reduction_size(func)) / 8)
+    return inputs, out_positions, expected, _ToleranceCheck([params[k].name for k in out_positions], widen)
+
+
+# ------------------------------------------------------------------------------------------
+# the driver
+
+
+@dataclass
+class _Slot:
+    """One node's runner and what it is doing: (candidate index, phase, object ref, deadline)."""
+
+    node_id: str
+    cpus: int
+    actor: Any
+    token: str  # names the runner's temporary directory on its node
+    ready: bool = False
+    dead: bool = False
+    job: tuple[int, str, Any, float, float] | None = None  # (index, "check" | "time", ref, deadline, budget s)
+
+
+class Measurer:
+    """Builds and times candidates of one function on one hardware (see the module docstring).
+
+    ``func`` is the unscheduled function (the reference when ``workload`` is None; may be None
+    when ``workload`` is given). ``hardware`` is a Hardware or descriptor name; candidates are
+    compiled for it (with ``a * b + c`` contracted into FMA when ``fp_contract``) and run on the
+    cluster's nodes, which must be such machines. ``number`` (None: grow until a repeat takes
+    ``min_repeat_ms``) and ``repeat`` are passed to ``mod.time``; ``check=False`` skips the
+    comparison with the reference. One Measurer at a time should use a cluster.
+    """
+
+    def __init__(
+        self,
+        func: PrimFunc | None,
+        hardware: Any,
+        *,
+        workload: Any = None,
+        address: str | None = None,
+        timeout_s: float = 10.0,
+        build_timeout_s: float = 120.0,
+        fp_contract: bool = True,
+        number: int | None = None,
+        repeat: int = 3,
+        check: bool = True,
+        seed: int = 0,
+        min_repeat_ms: float = 20.0,
+    ) -> None:
+        from .. import hardware as hw_mod
+        from ..codegen import llvm as cg
+
+        if func is None:
+            if workload is None:
+                raise ValueError("Measurer needs a function or a workload")
+            func = workload.func
+        if (number is not None and number < 1) or repeat < 1:
+            raise ValueError(f"number and repeat must be at least 1, got number={number}, repeat={repeat}")
+        self.func = func
+        self.hardware = hw_mod.load(hardware)
+        self.target = cg.resolve_target(self.hardware)
+        if fp_contract:
+            self.target = self.target.with_fp_contract()
+        self.workload = workload
+        self.timeout_s = float(timeout_s)
+        self.build_timeout_s = float(build_timeout_s)
+        self.number = number
+        self.repeat = int(repeat)
+        self.check = check
+        self.min_repeat_ms = float(min_repeat_ms)
+        self._checked: set[int] = set()
+        init_ray(address)
+        import ray
+
+        inputs, out_positions, expected, checker = _reference(func, workload, seed)
+        self._runner_args = (ray.put(inputs), out_positions, ray.put(expected), checker, seed)
+        self._slots: list[_Slot] = []
+        for node in ray.nodes():
+            cpus = int(node.get("Resources", {}).get("CPU", 0))
+            if node.get("Alive") and cpus > 0:
+                self._slots.append(self._start(node["NodeID"], cpus))
+        if not self._slots:
+            raise RuntimeError("the Ray cluster has no alive node with CPUs to run candidates on")
+        self._build_slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    # runners -----------------------------------------------------------------------------
+    def _start(self, node_id: str, cpus: int) -> _Slot:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        token = f"tensorsearch-runner-{uuid.uuid4().hex}"
+        inputs, out_positions, expected, checker, seed = self._runner_args
+        env = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": str(cpus)}
+        actor = (
+            _remote_runner()
+            .options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                runtime_env={"env_vars": env},
+            )
+            .remote(inputs, out_positions, expected, checker, token, seed)
+        )
+        return _Slot(node_id, cpus, actor, token)
+
+    def _wait_ready(self, slot: _Slot) -> None:
+        """Wait until the slot's runner has started (so its start-up never counts against a timeout)."""
+        import ray
+
+        if slot.ready or slot.dead:
+            return
+        try:
+            ray.get(slot.actor.ready.remote(), timeout=_RUNNER_START_TIMEOUT_S)
+            slot.ready = True
+        except Exception:  # the node is gone, or the runner cannot start there
+            slot.dead = True
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=True)
+
+    def _restart(self, slot: _Slot, kill: bool) -> str | None:
+        """Replace the slot's runner by a fresh one on the same node and wait until it is up.
+
+        Returns what the fault handler of the old one wrote (e.g. "Segmentation fault"), if anything.
+        """
+        import ray
+
+        if kill:
+            ray.kill(slot.actor, no_restart=True)
+        fresh = self._start(slot.node_id, slot.cpus)
+        ref = fresh.actor.crash_report.remote(slot.token)  # also removes the old runner's files
+        slot.actor, slot.token, slot.job, slot.ready = fresh.actor, fresh.token, None, False
+        try:
+            report = ray.get(ref, timeout=_RUNNER_START_TIMEOUT_S)
+            slot.ready = True
+        except Exception:
+            report = None
+            self._wait_ready(slot)
+        return report
+
+    # measuring ---------------------------------------------------------------------------
+    def _build_all(self, funcs: Sequence[PrimFunc]) -> list[dict[str, Any]]:
+        """Build every candidate in Ray tasks, at most one per cluster CPU in flight."""
+        import ray
+
+        task = _remote_build()
+        results: list[dict[str, Any] | None] = [None] * len(funcs)
+        queue = deque(range(len(funcs)))
+        running: dict[Any, tuple[int, float]] = {}  # ref -> (index, deadline)
+        while queue or running:
+            while queue and len(running) < self._build_slots:
+                i = queue.popleft()
+                running[task.remote(funcs[i], self.target)] = (i, time.monotonic() + self.build_timeout_s)
+            wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
+            ray.wait(list(running), num_returns=1, timeout=wait_s)
+            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=0, fetch_local=False)
+            for ref in ready:
+                i, _ = running.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except Exception as e:  # the build worker died (e.g. a crash inside LLVM)
+                    results[i] = {"error": "build: " + _short(_ray_error_line(e)), "seconds": 0.0}
+            now = time.monotonic()
+            for ref, (i, deadline) in list(running.items()):
+                if now >= deadline:
+                    ray.cancel(ref, force=True)
+                    del running[ref]
+                    limit = f"{self.build_timeout_s:g}"
+                    results[i] = {"error": f"build timed out after {limit} s", "seconds": self.build_timeout_s}
+        return [r for r in results if r is not None]
+
+    def measure(
+        self, funcs: Sequence[PrimFunc], on_result: Callable[[int, MeasureResult], None] | None = None
+    ) -> list[MeasureResult]:
+        """Build, check and time each function; results in the same order. Never raises for a bad candidate.
+
+        ``on_result(i, result)`` is called as soon as candidate ``i``'s result is known (the tuner
+        commits it to the database there, so an interrupted batch keeps what it measured)."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        from ..ir.structural import structural_hash
+
+        funcs = list(funcs)
+        builds = self._build_all(funcs)
+        keys = [structural_hash(f) for f in funcs]
+        out: list[MeasureResult | None] = [None] * len(funcs)
+        for i, b in enumerate(builds):
+            if b["error"] is not None:
+                out[i] = MeasureResult((), b["error"], b["seconds"])
+                if on_result is not None:
+                    on_result(i, out[i])
+        pending = deque(i for i in range(len(funcs)) if out[i] is None)
+        for slot in self._slots:
+            self._wait_ready(slot)
+
+        def finish(i: int, latencies: Sequence[float] = (), error: str | None = None) -> None:
+            out[i] = MeasureResult(tuple(float(x) for x in latencies), error, builds[i]["seconds"])
+            if on_result is not None:
+                on_result(i, out[i])
+
+        while pending or any(s.job is not None for s in self._slots):
+            if not any(not s.dead for s in self._slots):
+                for i in pending:
+                    finish(i, error="run: no runner is alive (every node's runner failed to start)")
+                break
+            for slot in self._slots:  # give idle runners the next candidates
+                if slot.job is None and not slot.dead and pending:
+                    i = pending.popleft()
+                    b = builds[i]
+                    check = self.check and keys[i] not in self._checked
+                    ref = slot.actor.load_and_check.remote(b["so"], b["sidecar"], check)
+                    slot.job = (i, "check", ref, time.monotonic() + self.timeout_s, self.timeout_s)
+            busy = [s for s in self._slots if s.job is not None]
+            wait_s = max(0.0, min(s.job[3] for s in busy) - time.monotonic())  # type: ignore[index]
+            refs = [s.job[2] for s in busy]  # type: ignore[index]
+            ray.wait(refs, num_returns=1, timeout=wait_s)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)  # all finished ones
+            for slot in busy:
+                assert slot.job is not None
+                i, phase, ref, deadline, budget = slot.job
+                if ref in ready:
+                    try:
+                        reply = ray.get(ref)
+                    except RayActorError as e:
+                        report = self._restart(slot, kill=False)
+                        finish(i, error=f"run: crashed ({report or _ray_error_line(e)})")
+                        continue
+                    except Exception as e:
+                        self._restart(slot, kill=True)
+                        finish(i, error="run: " + _short(_ray_error_line(e)))
+                        continue
+                    if reply["error"] is not None:
+                        slot.job = None
+                        finish(i, error=reply["error"])
+                    elif phase == "check":
+                        self._checked.add(keys[i])
+                        first = reply["first"]
+                        number = self.number or max(1, math.ceil(self.min_repeat_ms / 1e3 / max(first, 1e-7)))
+                        min_ms = 0.0 if self.number else self.min_repeat_ms
+                        expected = first * (1 + self.repeat * number) + (self.repeat + 2) * min_ms / 1e3
+                        ref = slot.actor.time.remote(number, self.repeat, min_ms)
+                        budget = self.timeout_s + 3 * expected
+                        slot.job = (i, "time", ref, time.monotonic() + budget, budget)
+                    else:
+                        slot.job = None
+                        finish(i, latencies=reply["latencies"])
+                elif time.monotonic() >= deadline:
+                    self._restart(slot, kill=True)
+                    finish(i, error=f"run: timed out after {budget:.3g} s" + ("" if phase == "check" else " (timing)"))
+        return [r for r in out if r is not None]
+
+    def close(self) -> None:
+        """Stop the runners (the Ray session stays up)."""
+        import ray
+
+        for slot in self._slots:
+            with contextlib.suppress(Exception):
+                ray.get(slot.actor.close.remote(), timeout=10)
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=True)
+        self._slots = []
+
+    def __enter__(self) -> Measurer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _ray_error_line(e: BaseException) -> str:
+    """The first line of a Ray error, or the wrapped cause's ``Type: message``."""
+    cause = getattr(e, "cause", None)
+    if isinstance(cause, BaseException) and not isinstance(cause, type(e)):
+        return f"{type(cause).__name__}: {cause}"
+    lines = [line for line in str(e).splitlines() if line.strip()]
+    return lines[0].strip() if lines else type(e).__name__

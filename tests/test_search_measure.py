@@ -1,0 +1,160 @@
+"""Measuring candidates on Ray: correct ones are timed, wrong/hanging/crashing/unbuildable ones are
+recorded as failed and the batch goes on. One Ray session (an embedded local cluster) for the file."""
+
+import math
+
+import pytest
+
+from tensorsearch import workloads
+from tensorsearch.schedule import Schedule
+from tensorsearch.script import parse
+from tensorsearch.search.measure import Measurer, MeasureResult, init_ray
+
+HW = "x86-emeraldrapids"  # this machine; its code runs here
+F32 = workloads.make("GMM", (1, 64, 64, 64), "float32")
+I8 = workloads.make("GMM", (1, 64, 64, 64), "int8")
+SIG = 'X: T.Buffer((1, 64, 64), "float32"), Y: T.Buffer((1, 64, 64), "float32"), Z: T.Buffer((1, 64, 64), "float32")'
+
+# computes only the first 32 rows of Z: the rest keeps whatever the output buffer held
+HALF = parse(f"""
+@T.prim_func
+def main({SIG}):
+    for bb, i, j, k in T.grid(1, 32, 64, 64):
+        with T.block("Z"):
+            v_bb, v_i, v_j, v_k = T.axis.remap("SSSR", [bb, i, j, k])
+            T.reads(X[v_bb, v_i, v_k], Y[v_bb, v_k, v_j])
+            T.writes(Z[v_bb, v_i, v_j])
+            with T.init():
+                Z[v_bb, v_i, v_j] = T.float32(0.0)
+            Z[v_bb, v_i, v_j] = Z[v_bb, v_i, v_j] + X[v_bb, v_i, v_k] * Y[v_bb, v_k, v_j]
+""")
+
+# the right signature, another function: Z = X @ Y + 1
+PLUS_ONE = parse(f"""
+@T.prim_func
+def main({SIG}):
+    for bb, i, j, k in T.grid(1, 64, 64, 64):
+        with T.block("Z"):
+            v_bb, v_i, v_j, v_k = T.axis.remap("SSSR", [bb, i, j, k])
+            T.reads(X[v_bb, v_i, v_k], Y[v_bb, v_k, v_j])
+            T.writes(Z[v_bb, v_i, v_j])
+            with T.init():
+                Z[v_bb, v_i, v_j] = T.float32(1.0)
+            Z[v_bb, v_i, v_j] = Z[v_bb, v_i, v_j] + X[v_bb, v_i, v_k] * Y[v_bb, v_k, v_j]
+""")
+
+# 2**40 dependent additions: hours
+HANG = parse(f"""
+@T.prim_func
+def main({SIG}):
+    for i in T.serial(T.int64(1099511627776)):
+        Z[0, 0, 0] = Z[0, 0, 0] + T.float32(1.0)
+""")
+
+# llvm.trap: an illegal instruction (SIGILL) kills the process running it
+TRAP = parse(f"""
+@T.prim_func
+def main({SIG}):
+    Z[0, 0, 0] = T.float32(1.0)
+    T.evaluate(T.call("llvm.trap", dtype="handle"))
+""")
+
+# stores 400 MB apart, far outside Z: a segmentation fault (buffer accesses are not bounds-checked)
+OUT_OF_BOUNDS = parse(f"""
+@T.prim_func
+def main({SIG}):
+    for i in T.serial(64):
+        Z[0, 0, i * 100000000] = T.float32(1.0)
+""")
+
+# a GPU thread binding cannot be lowered for a CPU
+UNBUILDABLE = parse(f"""
+@T.prim_func
+def main({SIG}):
+    for i in T.thread_binding(64, thread="threadIdx.x"):
+        for j in T.serial(64):
+            Z[0, i, j] = X[0, i, j]
+""")
+
+
+def tiled(func):
+    """Split j by 16 under k, parallel i, vectorized inner j: another correct program."""
+    sch = Schedule(func)
+    b = sch.get_block("Z")
+    _, i, j, k = sch.get_loops(b)
+    jo, ji = sch.split(j, [None, 16])
+    sch.reorder([jo, k, ji])
+    sch.parallel(i)
+    sch.decompose_reduction(b, jo)
+    sch.vectorize(ji)
+    return sch.func
+
+
+def assert_ok(r: MeasureResult, repeat=3):
+    assert r.error is None, r.error
+    assert r.ok and len(r.latencies) == repeat and all(x > 0 and math.isfinite(x) for x in r.latencies)
+    assert 0 < r.latency < math.inf and r.build_seconds > 0
+
+
+@pytest.fixture(scope="module")
+def f32():
+    init_ray()
+    with Measurer(F32.func, HW, workload=F32, timeout_s=2.0) as m:
+        yield m
+
+
+def test_init_ray_is_idempotent(f32):
+    import ray
+
+    init_ray()
+    assert ray.is_initialized()
+
+
+def test_correct_float32_candidates(f32):
+    results = f32.measure([F32.func, tiled(F32.func)])
+    for r in results:
+        assert_ok(r)
+
+
+def test_correct_int8_candidates(f32):
+    with Measurer(None, HW, workload=I8, timeout_s=5.0, repeat=2) as m:
+        for r in m.measure([I8.func, tiled(I8.func)]):
+            assert_ok(r, repeat=2)
+
+
+def test_wrong_results(f32):
+    half, plus_one = f32.measure([HALF, PLUS_ONE])
+    for r in (half, plus_one):
+        assert not r.ok and r.latencies == () and r.latency == math.inf
+        assert r.error.startswith("wrong result: ") and "output Z" in r.error
+
+
+def test_bare_function_reference(f32):
+    """Without a workload the reference is the unscheduled function compiled as is."""
+    with Measurer(F32.func, HW, timeout_s=5.0) as m:
+        good, tiled_ok, half = m.measure([F32.func, tiled(F32.func), HALF])
+    assert_ok(good)
+    assert_ok(tiled_ok)
+    assert half.error.startswith("wrong result: ") and "output Z" in half.error
+
+
+def test_hang_crash_and_build_error_do_not_stop_the_batch(f32):
+    batch = [HANG, F32.func, TRAP, tiled(F32.func), UNBUILDABLE, HALF, OUT_OF_BOUNDS, F32.func]
+    hang, good1, trap, good2, unbuildable, half, segv, good3 = f32.measure(batch)
+    assert hang.error == "run: timed out after 2 s"
+    assert trap.error == "run: crashed (Illegal instruction)"
+    assert segv.error == "run: crashed (Segmentation fault)"
+    assert unbuildable.error.startswith("build: ") and "threadIdx.x" in unbuildable.error
+    assert half.error.startswith("wrong result: ")
+    for r in (good1, good2, good3):
+        assert_ok(r)
+
+
+def test_build_timeout(f32):
+    f32.build_timeout_s = 0.001
+    try:
+        (r,) = f32.measure([tiled(F32.func)])
+    finally:
+        f32.build_timeout_s = 120.0
+    assert r.error == "build timed out after 0.001 s" and not r.ok
+    assert_ok(f32.measure([F32.func])[0])
