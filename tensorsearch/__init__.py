@@ -25,14 +25,17 @@ _SUBMODULES = (
     "runtime",
     "schedule",
     "script",
+    "search",
     "te",
     "workloads",
 )
 _FUNCTIONS = {
     "build": "runtime",
+    "compile_best": "search",
     "interpret": "interpreter",
     "structural_equal": "ir",
     "structural_hash": "ir",
+    "tune": "search",
     "verify": "ir",
 }
 

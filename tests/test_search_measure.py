@@ -10,7 +10,7 @@ from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
 from tensorsearch.search.measure import Measurer, MeasureResult, init_ray
 
-HW = "x86-emeraldrapids"  # this machine; its code runs here
+HW = "host"  # the descriptor of this CPU: its code runs here
 F32 = workloads.make("GMM", (1, 64, 64, 64), "float32")
 I8 = workloads.make("GMM", (1, 64, 64, 64), "int8")
 SIG = 'X: T.Buffer((1, 64, 64), "float32"), Y: T.Buffer((1, 64, 64), "float32"), Z: T.Buffer((1, 64, 64), "float32")'

@@ -1,10 +1,13 @@
 """``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR;
-``tensorsearch match NAME --hardware HW`` explains how its blocks map onto the target's tensor intrinsics."""
+``tensorsearch match NAME --hardware HW`` explains how its blocks map onto the target's tensor intrinsics;
+``tensorsearch tune NAME --hardware HW --trials N --work-dir DIR`` searches for its fastest schedule."""
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
+from pathlib import Path
 
 
 def _cmd_workloads(args: argparse.Namespace) -> int:
@@ -77,6 +80,97 @@ def _cmd_match(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
+    return value
+
+
+def _argument(name: str, fn, *args):
+    """``fn(*args)``, its ValueError reworded to name the command-line argument at fault."""
+    try:
+        return fn(*args)
+    except ValueError as err:
+        raise ValueError(f"argument {name}: {err}") from None
+
+
+def _records_kept(work_dir: Path, wl_func, hw) -> int:
+    """How many tuning records of this workload and hardware the work dir's database holds."""
+    path = work_dir / "database" / "tuning_records.jsonl"
+    if not path.exists():
+        return 0
+    try:
+        from ..search.database import Database, hardware_key, workload_key
+
+        return len(Database(work_dir).records(workload_key(wl_func), hardware_key(hw)))
+    except Exception:  # an interrupted run must still report: count every line then
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
+
+
+def _best_trace_script(trace, wl, hw, hardware_arg: str, result) -> str:
+    return "\n".join(
+        [
+            f'"""The best schedule `tensorsearch tune` found for {wl.key} on {hw.name}: '
+            f'{result.latency * 1e3:.4g} ms, {result.throughput:.1f} {result.unit}."""',
+            "",
+            "import tensorsearch",
+            "from tensorsearch import workloads",
+            "from tensorsearch.schedule import Schedule",
+            "",
+            f"sch = Schedule(workloads.get({wl.name!r}, {wl.index!r}, {wl.dtype!r}).func)",
+            trace.as_python(),
+            f"mod = tensorsearch.build(sch.func, {hardware_arg!r})",
+            "",
+        ]
+    )
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from .. import hardware, search, workloads
+    from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
+
+    _argument("NAME", workloads.shapes, args.name)
+    _argument("--dtype", workloads.get, args.name, 0, args.dtype)
+    wl = _argument("--index", workloads.get, args.name, args.index, args.dtype)
+    hw = _argument("--hardware", hardware.load, args.hardware)
+    work_dir = Path(args.work_dir or Path("runs") / f"{wl.name}-{wl.index}-{wl.dtype}-{hw.name}")
+    bar = ProgressBar(sys.stderr)
+    try:
+        result = search.tune(
+            wl, hw, trials=args.trials, work_dir=work_dir, seed=args.seed, address=args.address, progress=bar
+        )
+    except KeyboardInterrupt:
+        bar.close()
+        n = _records_kept(work_dir, wl.func, hw)
+        print(
+            f"interrupted: {n} records kept in {work_dir / 'database'}; run the same command again to resume",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        bar.close()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    files = [write_curve_csv(work_dir / "tuning_curve.csv", result.curve, result.unit)]
+    title = f"{wl.key} on {hw.name}: best throughput vs trials"
+    try:
+        files.append(write_curve_png(work_dir / "tuning_curve.png", result.curve, title, result.unit))
+    except ImportError:
+        print("tensorsearch tune: note: matplotlib is not installed, so no tuning_curve.png", file=sys.stderr)
+    if result.trace is not None and math.isfinite(result.latency):
+        for name, text in [
+            ("best_trace.json", result.trace.as_json_text()),
+            ("best_trace.py", _best_trace_script(result.trace, wl, hw, args.hardware, result)),
+        ]:
+            (work_dir / name).write_text(text)
+            files.append(work_dir / name)
+    print(final_summary(result, files))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorsearch", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -95,6 +189,20 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
     p.add_argument("--block", help="match only this block (default: every block)")
     p.set_defaults(fn=_cmd_match)
+    p = sub.add_parser("tune", help="search for a workload's fastest schedule on a target (uses Ray)")
+    p.add_argument("name", metavar="NAME", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
+    p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
+    p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
+    p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
+    p.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure, e.g. 256")
+    p.add_argument(
+        "--work-dir",
+        help="directory for the database, the tuning curve and the best trace; reusing one resumes its run "
+        "(default: runs/NAME-INDEX-DTYPE-HARDWARE)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0); the same seed gives the same search")
+    p.add_argument("--address", help="Ray cluster address to join (default: start a local one)")
+    p.set_defaults(fn=_cmd_tune)
     return parser
 
 

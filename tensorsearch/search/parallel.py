@@ -1,0 +1,115 @@
+"""Making and featurizing candidates, in this process or sharded over Ray workers.
+
+A job is ``("sample", space_index, seed)`` (a fresh sample of a design-space trace) or
+``("replay", design_trace, space_index)`` (a mutant or a measured trace). ``evaluate(jobs)``
+returns, in job order, a :class:`~.space.Candidate` with its features, or None for an invalid one.
+
+:class:`LocalEvaluator` runs the jobs here. :class:`RayEvaluator` keeps one actor per CPU of the
+cluster, each holding the design space, and sends each a contiguous share of the jobs (traces
+travel as JSON text). The actors ask Ray for no CPU: the tuner's phases (search, build, run)
+never overlap, so during the search they may use every CPU; the build tasks and the runner
+actors have them to themselves afterwards.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..schedule import Trace
+from .space import Candidate, DesignSpace
+
+
+def _features(func: Any) -> Any:
+    from .features import extract_features
+
+    return extract_features(func)
+
+
+def run_job(space: DesignSpace, job: tuple) -> Candidate | None:
+    kind = job[0]
+    if kind == "sample":
+        cand = space.sample_space(job[1], job[2])
+    elif kind == "replay":
+        trace = job[1] if isinstance(job[1], Trace) else Trace.from_json(job[1])
+        cand = space.replay(trace, job[2])
+    else:
+        raise ValueError(f"unknown evaluation job {kind!r}")
+    if cand is None:
+        return None
+    try:
+        cand.features = _features(cand.func)
+    except Exception:  # a program the feature extractor cannot read is not a candidate
+        return None
+    return cand
+
+
+class LocalEvaluator:
+    """Evaluate jobs in this process."""
+
+    def __init__(self, space: DesignSpace) -> None:
+        self.space = space
+
+    def evaluate(self, jobs: list[tuple]) -> list[Candidate | None]:
+        return [run_job(self.space, j) for j in jobs]
+
+    def close(self) -> None:
+        pass
+
+
+class _Worker:
+    def __init__(self, func: Any, hardware: Any, traces_json: list[str]) -> None:
+        self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
+
+    def evaluate(self, jobs: list[tuple]) -> list[tuple | None]:
+        out = []
+        for job in jobs:
+            cand = run_job(self.space, job)
+            out.append(
+                None if cand is None else (cand.trace.as_json_text(), cand.func, cand.key, cand.space, cand.features)
+            )
+        return out
+
+
+class RayEvaluator:
+    """Evaluate jobs on ``workers`` Ray actors (default: the cluster's CPU count)."""
+
+    def __init__(self, space: DesignSpace, workers: int | None = None) -> None:
+        import ray
+
+        self.space = space
+        if workers is None:
+            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        actor = ray.remote(num_cpus=0)(_Worker)
+        traces = [t.as_json_text() for t in space.traces]
+        func_ref = ray.put(space.func)
+        self.actors = [actor.remote(func_ref, space.hardware, traces) for _ in range(workers)]
+
+    def evaluate(self, jobs: list[tuple]) -> list[Candidate | None]:
+        import ray
+
+        if not jobs:
+            return []
+        wire = [(j[0], j[1].as_json_text(), j[2]) if j[0] == "replay" and isinstance(j[1], Trace) else j for j in jobs]
+        n = len(self.actors)
+        size = -(-len(wire) // n)
+        refs = [
+            a.evaluate.remote(wire[i * size : (i + 1) * size])
+            for i, a in enumerate(self.actors)
+            if wire[i * size : (i + 1) * size]
+        ]
+        out: list[Candidate | None] = []
+        for part in ray.get(refs):
+            for item in part:
+                if item is None:
+                    out.append(None)
+                else:
+                    trace_json, func, key, space, features = item
+                    out.append(Candidate(Trace.from_json(trace_json), func, key, space, features))
+        return out
+
+    def close(self) -> None:
+        import ray
+
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []

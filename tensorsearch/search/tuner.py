@@ -1,0 +1,337 @@
+"""``tune``: find a fast program for a workload on a hardware descriptor (the project's main job).
+
+::
+
+    import tensorsearch as ts
+    from tensorsearch import workloads
+    result = ts.search.tune(workloads.get("GMM", 0, "int8"), "x86-znver4", trials=256, work_dir="runs/gmm")
+    result.throughput, result.unit          # e.g. 520.3, "GOPS"
+    result.module(x, y, z)                  # the best program, compiled
+    mod = ts.search.compile_best(workloads.get("GMM", 0, "int8").func, "x86-znver4", "runs/gmm")
+
+The loop: the design space of the workload (:class:`~.space.DesignSpace`); rounds of the
+evolutionary search (:class:`~.evolutionary.EvolutionarySearch`), each proposing a batch that is
+built in parallel Ray tasks and timed by one runner actor per node (:class:`~.measure.Measurer`);
+every measurement is appended to the database (:class:`~.database.Database`) as soon as it is
+made, and the cost model (:class:`~.cost_model.CostModel`) is retrained on it. Running ``tune``
+again with the same ``work_dir`` resumes: measured candidates are never measured again and count
+toward ``trials``; ``trials`` is the total for the workload and hardware.
+
+Tuning builds use FMA contraction (``Target.with_fp_contract()``; a float kernel's rounding may
+differ from the unscheduled program's in the last bits, within the workload's tolerance), and so
+does ``compile_best``, so the module returned is the program that was measured.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..ir import PrimFunc
+from ..schedule import Schedule, Trace
+from .evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
+from .space import Candidate, DesignSpace
+
+
+@dataclass
+class Progress:
+    """Where a tuning run is (passed to the ``progress`` callback after each measurement)."""
+
+    trials_done: int
+    trials_total: int
+    best_throughput: float | None
+    elapsed_s: float
+    eta_s: float | None
+    failed: int
+    unit: str
+
+
+@dataclass
+class TuneResult:
+    """The outcome of :func:`tune`: the best trace, its latency (seconds) and throughput, and the module."""
+
+    trace: Trace
+    latency: float
+    throughput: float
+    unit: str
+    module: Any
+    workload_key: str
+    hardware_key: str
+    trials: int
+    curve: list[tuple[int, float]]
+    records: list[Any]
+    wall_seconds: float
+    work_dir: Path
+    name: str
+    search_stats: list[RoundStats] = field(default_factory=list)
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.records if not r.ok)
+
+
+class TuneError(RuntimeError):
+    """Tuning could not run (bad arguments, an empty design space, no valid candidate)."""
+
+
+def _resolve(func_or_workload: Any) -> tuple[PrimFunc, Any, str]:
+    from ..workloads import Workload
+
+    if isinstance(func_or_workload, Workload):
+        return func_or_workload.func, func_or_workload, func_or_workload.key
+    if isinstance(func_or_workload, PrimFunc):
+        return func_or_workload, None, str(func_or_workload.attr_dict.get("global_symbol", "main"))
+    raise TuneError(
+        f"tune takes a workload (tensorsearch.workloads.get(...)) or a PrimFunc, not {type(func_or_workload).__name__}"
+    )
+
+
+def count_ops(func: PrimFunc) -> int:
+    """Arithmetic operations of one run of an unscheduled program: for every store, the
+    arithmetic nodes of its value times the iterations of the loops around it (a multiply-add
+    counts 2)."""
+    from ..ir import expr as E
+    from ..ir import stmt as S
+    from ..ir.functor import post_order_visit
+
+    arith = tuple(
+        getattr(E, n)
+        for n in ("Add", "Sub", "Mul", "Div", "Mod", "FloorDiv", "FloorMod", "Min", "Max")
+        if hasattr(E, n)
+    )
+    total = 0
+
+    def walk(node: Any, iters: int) -> None:
+        nonlocal total
+        if isinstance(node, S.For):
+            ext = node.extent.value if isinstance(node.extent, E.IntImm) else 1
+            walk(node.body, iters * ext)
+        elif isinstance(node, S.SeqStmt):
+            for s in node.seq:
+                walk(s, iters)
+        elif isinstance(node, S.BlockRealize):
+            walk(node.block, iters)
+        elif isinstance(node, S.Block):
+            walk(node.body, iters)
+        elif isinstance(node, S.BufferStore):
+            n = 0
+
+            def count(e: Any) -> None:
+                nonlocal n
+                if isinstance(e, arith):
+                    n += 1
+
+            post_order_visit(node.value, count)
+            total += n * iters
+        elif hasattr(node, "body") and node.body is not None:
+            walk(node.body, iters)
+
+    walk(func.body, 1)
+    return total
+
+
+def _unit(func: PrimFunc) -> str:
+    dtypes = {b.dtype for b in func.buffers}
+    return "GFLOPS" if any(str(d).startswith(("float", "bfloat")) for d in dtypes) else "GOPS"
+
+
+def tune(
+    func_or_workload: Any,
+    hardware: Any,
+    trials: int,
+    work_dir: str | os.PathLike,
+    seed: int = 0,
+    *,
+    address: str | None = None,
+    config: SearchConfig | None = None,
+    progress: Callable[[Progress], None] | None = None,
+    workers: int | None = None,
+    timeout_s: float = 10.0,
+    repeat: int = 3,
+) -> TuneResult:
+    """Tune ``func_or_workload`` for ``hardware`` with ``trials`` measurements in total.
+
+    ``hardware``: a descriptor name ("x86-znver4", "host"), a YAML path or a Hardware.
+    ``work_dir``: where the database (and, from the CLI, the curve) lives; reused to resume.
+    ``address``: a Ray cluster to join (default: an embedded local one). ``workers``: Ray actors
+    for the search's own work (None: one per CPU; 0: in this process). ``timeout_s``: a
+    candidate running longer is recorded as failed. Returns the best program found.
+    """
+    from .. import hardware as hwmod
+    from .cost_model import CostModel
+    from .database import Database, TuningRecord, hardware_key
+    from .measure import Measurer, init_ray
+    from .parallel import LocalEvaluator, RayEvaluator
+
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise TuneError(f"tune: trials must be a positive integer, got {trials!r}")
+    t_start = time.perf_counter()
+    func, workload, name = _resolve(func_or_workload)
+    hw = hwmod.load(hardware)
+    config = config or SearchConfig()
+    db = Database(work_dir)
+    wkey = db.commit_workload(func, name)
+    hkey = hardware_key(hw)
+    unit = _unit(func)
+    ops = workload.flops if workload is not None else count_ops(func)
+
+    def throughput(latency: float) -> float:
+        return ops / latency / 1e9 if latency > 0 and math.isfinite(latency) else 0.0
+
+    space = DesignSpace(func, hw)
+    init_ray(address)
+    evaluator = LocalEvaluator(space) if workers == 0 else RayEvaluator(space, workers)
+    measurer = Measurer(func, hw, workload=workload, address=address, timeout_s=timeout_s, repeat=repeat, seed=seed)
+    cost_model = CostModel(seed=seed)
+    search = EvolutionarySearch(space, cost_model, config, seed, evaluator)
+    try:
+        records = db.records(wkey, hkey)
+        measured_keys = {r.candidate_key for r in records}
+        curve: list[tuple[int, float]] = []
+        best = math.inf
+        for i, r in enumerate(records):
+            best = min(best, r.latency)
+            curve.append((i + 1, throughput(best)))
+        # resume: the cost model learns from the records measured before
+        ok_records = sorted((r for r in records if r.ok), key=lambda r: r.latency)
+        measured: list[Candidate] = []
+        if records:
+            replayed = measured_population(
+                space, evaluator, [(Trace.from_json(r.trace).simplified(remove_postproc=True), 0) for r in records]
+            )
+            by_key = {c.key: c for c in replayed}
+            feats = [by_key[r.candidate_key].features for r in records if r.candidate_key in by_key]
+            lats = [r.latency for r in records if r.candidate_key in by_key]
+            if feats:
+                cost_model.update(feats, lats)
+            measured = [by_key[r.candidate_key] for r in ok_records if r.candidate_key in by_key]
+        stats_all: list[RoundStats] = []
+        failed = sum(1 for r in records if not r.ok)
+        done = len(records)
+        t_loop = time.perf_counter()
+        done_at_start = done
+        while done < trials:
+            stats = RoundStats()
+            want = min(config.num_trials_per_iter, trials - done)
+            # a round that needs fewer candidates than a full batch evolves a smaller population
+            search.config = config.replace(
+                num_trials_per_iter=want,
+                population_size=min(config.population_size, max(8 * want, config.init_min_unmeasured)),
+            )
+            batch = search.next_batch(measured, measured_keys, stats)
+            stats_all.append(stats)
+            if not batch:
+                break  # the design space has nothing left to offer
+            new_feats, new_lats = [], []
+
+            def on_result(
+                i: int,
+                result: Any,
+                batch: list[Candidate] = batch,
+                new_feats: list = new_feats,
+                new_lats: list = new_lats,
+            ) -> None:
+                nonlocal done, failed, best
+                cand = batch[i]
+                done += 1
+                rec = TuningRecord(
+                    workload_key=wkey,
+                    hardware_key=hkey,
+                    candidate_key=cand.key,
+                    trace=cand.trace.as_json_text(),
+                    latencies=tuple(result.latencies),
+                    error=result.error,
+                    build_seconds=result.build_seconds,
+                    trial=done,
+                    timestamp=time.time(),
+                )
+                db.commit_record(rec)
+                records.append(rec)
+                measured_keys.add(cand.key)
+                new_feats.append(cand.features)
+                new_lats.append(rec.latency)
+                if rec.ok:
+                    measured.append(cand)
+                    best = min(best, rec.latency)
+                else:
+                    failed += 1
+                curve.append((done, throughput(best)))
+                if progress is not None:
+                    elapsed = time.perf_counter() - t_start
+                    rate = (time.perf_counter() - t_loop) / max(done - done_at_start, 1)
+                    progress(
+                        Progress(
+                            done,
+                            trials,
+                            throughput(best) if math.isfinite(best) else None,
+                            elapsed,
+                            rate * (trials - done),
+                            failed,
+                            unit,
+                        )
+                    )
+
+            t_measure = time.perf_counter()
+            measurer.measure([c.func for c in batch], on_result=on_result)
+            stats.measured = len(batch)
+            stats.measure_seconds = time.perf_counter() - t_measure
+            cost_model.update(new_feats, new_lats)
+            latency_of = {r.candidate_key: r.latency for r in records}
+            measured.sort(key=lambda c: latency_of.get(c.key, math.inf))
+        ok = [r for r in records if r.ok]
+        if not ok:
+            raise TuneError(
+                f"tune: none of the {len(records)} candidates measured for {name} on {hw.name} ran correctly; "
+                f"see the errors in {Path(work_dir) / 'database'}"
+            )
+        best_rec = min(ok, key=lambda r: r.latency)
+        trace = Trace.from_json(best_rec.trace)
+        module = _build(func, hw, trace)
+        return TuneResult(
+            trace=trace,
+            latency=best_rec.latency,
+            throughput=throughput(best_rec.latency),
+            unit=unit,
+            module=module,
+            workload_key=wkey,
+            hardware_key=hkey,
+            trials=len(records),
+            curve=curve,
+            records=list(records),
+            wall_seconds=time.perf_counter() - t_start,
+            work_dir=Path(work_dir),
+            name=name,
+            search_stats=stats_all,
+        )
+    finally:
+        measurer.close()
+        evaluator.close()
+
+
+def _build(func: PrimFunc, hw: Any, trace: Trace) -> Any:
+    from ..codegen.llvm import resolve_target
+    from ..runtime import build
+
+    sch = Schedule(func, check=False)
+    trace.apply(sch)
+    return build(sch.func, resolve_target(hw).with_fp_contract())
+
+
+def compile_best(func: Any, hardware: Any, work_dir: str | os.PathLike) -> Any:
+    """The compiled module of the best record of ``func`` (a PrimFunc or workload) for ``hardware``
+    in ``work_dir``'s database; TuneError when there is none."""
+    from .. import hardware as hwmod
+    from .database import Database, hardware_key, workload_key
+
+    func, _, name = _resolve(func)
+    hw = hwmod.load(hardware)
+    db = Database(work_dir)
+    best = db.best(workload_key(func), hardware_key(hw), 1)
+    if not best:
+        raise TuneError(f"compile_best: {work_dir} holds no successful record of {name} for hardware {hw.name}")
+    return _build(func, hw, Trace.from_json(best[0].trace))
