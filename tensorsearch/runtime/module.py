@@ -167,7 +167,9 @@ class _Runnable:
 
     def _not_runnable(self) -> None:
         if self._cfunc is None and getattr(self, "target", None) is not None and self.target.runs_here:
-            raise RuntimeError(f"module {self.name} was built with jit=False; save() it and load_module() the file to run it")
+            raise RuntimeError(
+                f"module {self.name} was built with jit=False; save() it and load_module() the file to run it"
+            )
         if self._cfunc is None:
             arch = self.triple.split("-")[0]
             raise RuntimeError(
