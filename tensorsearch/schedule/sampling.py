@@ -20,7 +20,8 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _prime_factors(n: int) -> list[int]:
+def prime_factors(n: int) -> list[int]:
+    """The prime factors of ``n`` with multiplicity, ascending (12 -> [2, 2, 3])."""
     out = []
     p = 2
     while p * p <= n:
@@ -148,7 +149,7 @@ class SamplingPrimitives(ScheduleState):
         else:
             innermost = self._rng.choice([d for d in _divisors(extent) if d <= limit])
             outer = [1] * (n - 1)
-            for p in _prime_factors(extent // innermost):
+            for p in prime_factors(extent // innermost):
                 outer[self._rng.randrange(n - 1)] *= p
             factors = [*outer, innermost]
         self._decide(factors)

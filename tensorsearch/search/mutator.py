@@ -20,6 +20,7 @@ import random
 from typing import Any
 
 from ..schedule import Instruction, Trace
+from ..schedule.sampling import prime_factors
 from .space import PARALLEL, UNROLL
 
 
@@ -46,18 +47,6 @@ class Mutator:
         return f"{self.name}()"
 
 
-def _prime_factors(n: int) -> list[int]:
-    out, p = [], 2
-    while p * p <= n:
-        while n % p == 0:
-            out.append(p)
-            n //= p
-        p += 1
-    if n > 1:
-        out.append(n)
-    return out
-
-
 class MutateTileSize(Mutator):
     name = "MutateTileSize"
 
@@ -78,7 +67,7 @@ class MutateTileSize(Mutator):
         for _ in range(8):
             src = rng.choice([p for p, f in enumerate(tiles) if f > 1])
             dst = rng.choice([p for p in range(len(tiles)) if p != src])
-            factor = rng.choice(_prime_factors(tiles[src]))
+            factor = rng.choice(prime_factors(tiles[src]))
             new = list(tiles)
             new[src] //= factor
             new[dst] *= factor

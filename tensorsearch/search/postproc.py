@@ -45,6 +45,16 @@ def _block_names(sch: Schedule) -> list[str]:
     ]
 
 
+def _blocks(sch: Schedule):
+    """Every non-root block of ``sch`` that still exists when its turn comes (a rewrite of one block
+    may remove or rename another)."""
+    for name in _block_names(sch):
+        try:
+            yield sch.get_block(name)
+        except ScheduleError:
+            continue
+
+
 class DisallowDynamicLoop(Postproc):
     name = "DisallowDynamicLoop"
 
@@ -66,11 +76,7 @@ class RewriteReductionBlock(Postproc):
     name = "RewriteReductionBlock"
 
     def apply(self, sch: Schedule) -> bool:
-        for name in _block_names(sch):
-            try:
-                block = sch.get_block(name)
-            except ScheduleError:
-                continue
+        for block in _blocks(sch):
             if sch.get(block).init is None:
                 continue
             realize, _ = sch._block_realize(block)
@@ -87,11 +93,7 @@ class RewriteTensorize(Postproc):
     name = "RewriteTensorize"
 
     def apply(self, sch: Schedule) -> bool:
-        for name in _block_names(sch):
-            try:
-                block = sch.get_block(name)
-            except ScheduleError:
-                continue
+        for block in _blocks(sch):
             intrin = dict(sch.get(block).annotations).get(AUTO_TENSORIZE)
             if intrin is None:
                 continue

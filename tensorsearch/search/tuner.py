@@ -263,14 +263,15 @@ def tune(
                 curve.append((done, throughput(best)))
                 if progress is not None:
                     elapsed = time.perf_counter() - t_start
-                    rate = (time.perf_counter() - t_loop) / max(done - done_at_start, 1)
+                    # seconds per trial, search included; known once a whole round has been measured
+                    rate = (time.perf_counter() - t_loop) / max(done - done_at_start, 1) if len(stats_all) > 1 else None
                     progress(
                         Progress(
                             done,
                             trials,
                             throughput(best) if math.isfinite(best) else None,
                             elapsed,
-                            rate * (trials - done),
+                            None if rate is None else rate * (trials - done),
                             failed,
                             unit,
                         )
