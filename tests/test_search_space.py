@@ -24,6 +24,7 @@ from tensorsearch.search.space import (
     DesignSpace,
     MultiLevelTiling,
     ParallelizeVectorizeUnroll,
+    RandomComputeLocation,
     SearchSpaceError,
     TileLayoutCopy,
     rules_for,
@@ -154,6 +155,8 @@ def test_int8_gemm_is_tensorized_with_the_yaml_intrinsic():
     for trace in space.traces:
         names = _inst_names(trace)
         assert "blockize" in names and "transform_layout" in names
+        # the packed copy of Y stays at the root, tiled by its panels (TileLayoutCopy) in every space
+        assert "sample_compute_location" not in names and names.count("unroll") == 2
         ann = [dict(i.args)["ann_val"] for i in trace.insts if dict(i.args).get("ann_key") == AUTO_TENSORIZE]
         assert ann == [HOST.intrinsics[0].name]
     rng = random.Random(1)
@@ -229,10 +232,12 @@ def test_mutators_change_one_decision_and_replay():
 
 
 def test_mutating_a_compute_location():
-    wl = workloads.make("GMM", (1, 32, 32, 32), "int8")  # the packed copy of Y is computed at a sampled loop
-    space = DesignSpace(wl.func, HOST)
+    wl = workloads.reduced("C2D", 0, "float32")  # without AutoInline, the padding is computed at a sampled loop
+    rules = [MultiLevelTiling(vector_bits=HOST.vector_bits, pack_reads=False), RandomComputeLocation()]
+    space = DesignSpace(wl.func, HOST, rules=rules)
     rng = random.Random(5)
     cand = space.sample(rng)
+    assert "sample_compute_location" in [i.kind.name for i in cand.design_trace.insts]
     mutant = MutateComputeLocation().apply(cand.design_trace, rng)
     assert mutant is not None
     child = space.replay(mutant)

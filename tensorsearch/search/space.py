@@ -438,7 +438,11 @@ class ParallelizeVectorizeUnroll(ScheduleRule):
 
 class RandomComputeLocation(ScheduleRule):
     """Compute a block that no rule tiled at a sampled loop of its consumer
-    (``sample_compute_location`` + ``compute_at``; the sample may choose the root)."""
+    (``sample_compute_location`` + ``compute_at``; the sample may choose the root).
+
+    A copy into a packed layout (what ``tile_with_intrin`` and read packing insert) stays at the
+    root: packed once, it is reused by every tile, and TileLayoutCopy tiles its own loops, which
+    a trace can only replay when the loops above it do not change with the sampled location."""
 
     name = "RandomComputeLocation"
     params = {}
@@ -446,6 +450,8 @@ class RandomComputeLocation(ScheduleRule):
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         blk = sch.get(block)
         if blk.name == "root" or dict(blk.annotations).get(TILING_STRUCTURE) or _is_output(sch, block):
+            return [sch]
+        if _layout_copy_factors(sch, block) is not None:
             return [sch]
         if not sch.get_loops(block):
             return [sch]
@@ -462,6 +468,27 @@ class RandomComputeLocation(ScheduleRule):
         except ScheduleError:
             return [sch]
         return [fork]
+
+
+def _layout_copy_factors(sch: Schedule, block: BlockRV) -> dict[Var, int] | None:
+    """For a spatial block that only copies into a layout with ``v // c`` and ``v % c`` indices
+    (``dst[..., v // c, ..., v % c] = src[...]``), each such iterator ``v`` with its ``c``, in the
+    destination's order; None for any other block."""
+    from ..ir import BufferLoad, BufferStore, FloorDiv, FloorMod
+
+    blk = sch.get(block)
+    body = blk.body
+    if blk.name == "root" or _is_reduction(sch, block):
+        return None
+    if not (isinstance(body, BufferStore) and isinstance(body.value, BufferLoad)):
+        return None
+    factors: dict[Var, int] = {}
+    for idx in body.indices:
+        if isinstance(idx, FloorMod) and isinstance(idx.a, Var) and isinstance(idx.b, IntImm):
+            factors[idx.a] = idx.b.value
+        elif not isinstance(idx, Var | FloorDiv):
+            return None
+    return factors or None
 
 
 class TileLayoutCopy(ScheduleRule):
@@ -487,28 +514,16 @@ class TileLayoutCopy(ScheduleRule):
     params = {"max_tile": 256}
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        from ..ir import BufferLoad, BufferStore, FloorDiv, FloorMod
-
         blk = sch.get(block)
-        body = blk.body
-        if blk.name == "root" or _is_reduction(sch, block) or not _trivially_bound(sch, block):
+        factors = _layout_copy_factors(sch, block)
+        if not factors or math.prod(factors.values()) > self.config["max_tile"] or not _trivially_bound(sch, block):
             return [sch]
-        if not (isinstance(body, BufferStore) and isinstance(body.value, BufferLoad)):
-            return [sch]
-        factors: dict[Var, int] = {}
-        order_dst: list[Var] = []
-        for idx in body.indices:
-            if isinstance(idx, FloorMod) and isinstance(idx.a, Var) and isinstance(idx.b, IntImm):
-                factors[idx.a] = idx.b.value
-                order_dst.append(idx.a)
-            elif not isinstance(idx, Var | FloorDiv):
-                return [sch]
-        if not factors or math.prod(factors.values()) > self.config["max_tile"]:
-            return [sch]
+        order_dst = list(factors)
         realize, _ = sch._block_realize(block)
         loop_of = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True)}
-        src_order = [v for idx in body.value.indices for v in free_vars(idx) if v in loop_of]
-        loops = {sch.get(lp).loop_var: lp for lp in sch.get_loops(block)}
+        src_order = [v for idx in blk.body.value.indices for v in free_vars(idx) if v in loop_of]
+        own = set(loop_of.values())  # the block's own loops (not those of a compute_at location)
+        loops = {sch.get(lp).loop_var: lp for lp in sch.get_loops(block) if sch.get(lp).loop_var in own}
         fork = sch.copy()
         try:
             outer, inner = {}, {}
