@@ -153,7 +153,9 @@ class ScheduleRule:
 class AutoInline(ScheduleRule):
     """Inline a spatial, non-output block into its consumers (``compute_inline``), else its
     single producer's epilogue into the producer (``reverse_compute_inline``); silently keeps the
-    block when neither is legal."""
+    block when neither is legal. Nothing is inlined into a block tiled for a tensor intrinsic: the
+    intrinsic reads and writes buffers directly, so a padding ``Select`` or an epilogue cast would
+    leave the tile no longer matching it."""
 
     name = "AutoInline"
     params = {"into_consumer": True, "into_producer": True}
@@ -162,13 +164,21 @@ class AutoInline(ScheduleRule):
         blk = sch.get(block)
         if _is_reduction(sch, block) or dict(blk.annotations).get(TILING_STRUCTURE) or blk.name == "root":
             return [sch]
-        if self.config["into_consumer"] and not _is_output(sch, block):
+
+        def tensorized(neighbours: Any) -> bool:
+            try:
+                blocks = neighbours(block)
+            except ScheduleError:
+                return False
+            return any(_in_intrinsic_tile(sch, b) or dict(sch.get(b).annotations).get(AUTO_TENSORIZE) for b in blocks)
+
+        if self.config["into_consumer"] and not _is_output(sch, block) and not tensorized(sch.get_consumers):
             try:
                 sch.compute_inline(block)
                 return [sch]
             except ScheduleError:
                 pass
-        if self.config["into_producer"]:
+        if self.config["into_producer"] and not tensorized(sch.get_producers):
             try:
                 sch.reverse_compute_inline(block)
             except ScheduleError:
