@@ -215,6 +215,26 @@ def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
     _check(wl, result.module)
 
 
+def test_a_design_space_with_no_valid_program_says_why(tmp_path, monkeypatch):
+    from tensorsearch.search import postproc
+
+    class RefuseAll(postproc.Postproc):
+        name = "RefuseAll"
+
+        def apply(self, sch):
+            return False
+
+    monkeypatch.setattr(postproc, "postprocs_for", lambda hw: [RefuseAll()])
+    wl = workloads.make("GMM", (1, 8, 8, 8), "float32")
+    with pytest.raises(
+        TuneError,
+        match=r"no sample of the \d+ design space\(s\) of GMM.* is a valid program; "
+        r"the first refusal: postprocessor RefuseAll rejected it",
+    ):
+        ts.tune(wl, HOST, trials=2, work_dir=tmp_path, config=SMALL, workers=0)
+    assert not Database(tmp_path).records(workload_key(wl.func), hardware_key(HOST))
+
+
 def test_bad_arguments_are_named():
     wl = workloads.make("GMM", (1, 8, 8, 8), "float32")
     with pytest.raises(TuneError, match="trials must be a positive integer, got 0"):

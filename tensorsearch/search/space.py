@@ -719,6 +719,19 @@ class DesignSpace:
             return None
         return self._candidate(sch, space)
 
+    def why_invalid(self, space: int, seed: int) -> str | None:
+        """Why the sample of design-space trace ``space`` drawn from ``seed`` is invalid (the
+        refusing primitive's or postprocessor's message), or None when it is valid."""
+        try:
+            sch = self._replay(self.traces[space], _sampling_fresh, seed)
+            sch.enter_postproc()
+            for p in self.postprocs:
+                if not p.apply(sch):
+                    return f"postprocessor {p.name} rejected it"
+        except (ScheduleError, ValueError) as err:
+            return str(err).splitlines()[0]
+        return None
+
     def replay(self, design_trace: Trace, space: int = 0) -> Candidate | None:
         """The candidate of a design trace with its recorded decisions (None when invalid)."""
         try:

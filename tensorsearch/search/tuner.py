@@ -226,6 +226,12 @@ def tune(
             batch = search.next_batch(measured, measured_keys, stats)
             stats_all.append(stats)
             if not batch:
+                if not records:
+                    reasons = [space.why_invalid(k, seed) for k in range(len(space.traces))]
+                    raise TuneError(
+                        f"tune: no sample of the {len(space.traces)} design space(s) of {name} on {hw.name} is a valid "
+                        f"program; the first refusal: {next((r for r in reasons if r), 'unknown')}"
+                    )
                 break  # the design space has nothing left to offer
             new_feats, new_lats = [], []
 
