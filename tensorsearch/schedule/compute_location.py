@@ -10,6 +10,8 @@ reverse_compute_inline and sample_compute_location (TVM semantics).
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import replace as dc_replace
 from typing import Any
 
@@ -813,16 +815,28 @@ class ComputeLocationPrimitives(ScheduleState):
         """
         self.func = _reverse_compute_inline_func(self.func, self._block(block))
 
-    def _compute_location_candidates(self, loc: Located) -> list[tuple[int, Var]]:
-        """TVM's CollectComputeLocation: (decision, loop var or mark), sorted by decision."""
+    def _compute_location_options(self, loc: Located) -> list[tuple[int, Var, Callable[[], bool]]]:
+        """TVM's CollectComputeLocation, lazily: (decision, loop var or mark, legality check) for
+        every location the loop structure allows, sorted by decision. A check runs the primitive's
+        whole validation, so the sampler runs only the checks it needs."""
         func = self.func
-        out: list[tuple[int, Var]] = []
-        try:
-            _compute_inline_func(func, loc)
-            out.append((-2, INLINE_MARK))
-        except ScheduleError:
-            pass
-        out.append((-1, ROOT_MARK))
+
+        def can_inline() -> bool:
+            try:
+                _compute_inline_func(func, loc)
+            except ScheduleError:
+                return False
+            return True
+
+        def can_compute_at(loop: For) -> bool:
+            loop_loc = next(x for x in walk_stmts(func.body) if x.node is loop)
+            try:
+                _compute_at_func(func, loc, loop_loc, True, -1, True)
+            except ScheduleError:
+                return False
+            return True
+
+        out: list[tuple[int, Var, Callable[[], bool]]] = [(-2, INLINE_MARK, can_inline), (-1, ROOT_MARK, lambda: True)]
         scope = enclosing_block(loc.path)
         if scope is None:
             return out
@@ -857,12 +871,7 @@ class ComputeLocationPrimitives(ScheduleState):
                 visited_reduce = True
                 if i > last_datapar:
                     break
-            loop_loc = next(x for x in walk_stmts(func.body) if x.node is loop)
-            try:
-                _compute_at_func(func, loc, loop_loc, True, -1, True)
-            except ScheduleError:
-                continue
-            out.append((i, loop.loop_var))
+            out.append((i, loop.loop_var, functools.partial(can_compute_at, loop)))
         return out
 
     @primitive(pure=True, sampling=True)
@@ -879,16 +888,18 @@ class ComputeLocationPrimitives(ScheduleState):
         ``loc = sch.sample_compute_location(sch.get_block("B")); sch.compute_at(sch.get_block("B"), loc)``
         """
         loc = self._block(block)
-        candidates = self._compute_location_candidates(loc)
-        indices = [i for i, _ in candidates]
+        options = self._compute_location_options(loc)
         if decision is None:
-            pick = self._rng.randrange(len(candidates))
+            # legal options in random order: the first legal one is uniform over the legal ones
+            order = list(range(len(options)))
+            self._rng.shuffle(order)
         else:
             if isinstance(decision, bool) or not isinstance(decision, int):
                 raise DecisionError(
                     f"sample_compute_location of block {loc.node.name}: the decision must be an integer, got {decision!r}"
                 )
-            below = [k for k, i in enumerate(indices) if i <= decision]
-            pick = below[-1] if below else indices.index(-1)
-        self._decide(indices[pick])
-        return self._new_loop_rv(candidates[pick][1])
+            order = [k for k in reversed(range(len(options))) if options[k][0] <= decision]
+            order.append(1)  # the root, always legal
+        pick = next(k for k in order if options[k][2]())
+        self._decide(options[pick][0])
+        return self._new_loop_rv(options[pick][1])

@@ -1,0 +1,394 @@
+"""Benchmark (not a test): auto-tune the paper's operators with ``tensorsearch.tune`` (int8 VNNI and float32).
+
+Run from the repository root:
+
+    python experiments/tune_ops.py [--trials 256] [--ops C1D,C2D,GMM:3@256,...] [--dtypes int8,float32]
+                                   [--out experiments/results] [--work-dir DIR] [--tvm-python PATH]
+
+For every operator (``NAME`` is its first table shape, ``NAME:I`` shape ``I``; the default list is
+the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM the
+issue's targets name; ``NAME:I@T`` tunes that one for ``T`` trials) and every dtype, it tunes the
+workload on ``hardware.load("host")`` for ``--trials`` trials, checks the best module against numpy on fresh random inputs, then re-times
+it over ``--rounds`` rounds interleaved with the references measured in the same run:
+
+* **float32: numpy** -- the workload's numpy reference (``tensorsearch.workloads.reference``)
+  run in float32 on the same inputs (the reference widens to float64 for accuracy; here that
+  widening is switched off, so GMM is OpenBLAS ``sgemm`` and a convolution is numpy's
+  per-kernel-tap matmuls in float32), with the same thread count (``threadpoolctl``).
+* **int8: the VNNI peak** -- ``Peak`` from ``bench_vnni_gemm.py``: a register-only loop of
+  independent ``vpdpbusd`` accumulations (128 ops each), run at once on ``--threads`` Python
+  threads (ctypes releases the GIL), their GOPS summed: the machine's peak for that many cores.
+
+Every timed repeat of our module is paired with a reference sample taken just before it; a ratio
+is the median over the pairs. ``tuned`` is the throughput the tuner itself measured. Where
+``--tvm-python`` names a Python with ``apache-tvm``, the TVM column notes it (the MetaSchedule
+comparison itself is not automated here); otherwise it reads ``n/a (apache-tvm not installed)``.
+
+Writes ``tune_ops.csv``, ``tune_ops.md`` and ``tune_ops.png`` (every run's tuning curve as a
+fraction of its final best) under ``--out``, rewritten after every run so an interrupted
+benchmark keeps what it finished. Each run's database, curve and best trace stay in
+``--work-dir/NAME_I_DTYPE`` (a fresh temporary directory by default; an existing work dir
+resumes from its records, so its trial count and wall time are those of the resumed run).
+
+The script re-executes itself without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` and with
+``OMP_WAIT_POLICY=passive`` unless set, as ``bench_manual_gemm.py`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+if (any(k in os.environ for k in _STRIP) or "OMP_WAIT_POLICY" not in os.environ) and "numpy" not in sys.modules:
+    env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+    env.setdefault("OMP_WAIT_POLICY", "passive")  # idle libgomp threads sleep (see bench_manual_gemm.py)
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from pathlib import Path  # noqa: E402
+from unittest import mock  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+OPS = ("C1D", "C2D", "C3D", "DEP", "DIL", "GMM", "GRP", "T2D", "GMM:3")
+DTYPES = ("int8", "float32")
+TVM_NA = "n/a (apache-tvm not installed)"
+
+
+# ---------------------------------------------------------------- references
+
+
+def numpy_float32(wl, inputs: list[np.ndarray]) -> list[np.ndarray]:
+    """The workload's numpy reference computed in float32 (its float64 widening switched off)."""
+    from tensorsearch.workloads import reference
+
+    wide = reference._wide
+
+    def keep_float(x: np.ndarray) -> np.ndarray:
+        return wide(x) if np.issubdtype(x.dtype, np.integer) else x
+
+    with mock.patch.object(reference, "_wide", keep_float):
+        return wl.reference(*inputs)
+
+
+def time_call(fn, min_seconds: float) -> float:
+    """Seconds per call of ``fn()``: calls back to back until ``min_seconds`` have passed."""
+    fn()  # warm up
+    calls, t0 = 0, time.perf_counter()
+    while True:
+        fn()
+        calls += 1
+        dt = time.perf_counter() - t0
+        if dt >= min_seconds:
+            return dt / calls
+
+
+class MachinePeak:
+    """VNNI peak GOPS of ``threads`` cores: ``bench_vnni_gemm.Peak`` run on that many threads at once."""
+
+    def __init__(self, threads: int, iters: int):
+        sys.path.insert(0, str(HERE))
+        from bench_vnni_gemm import Peak
+
+        self.threads, self.iters = threads, iters
+        candidates = [Peak(12), Peak(24)]
+        # the faster accumulator count on this CPU, chosen once
+        self.peak = max(candidates, key=lambda p: max(p.time(iters // (p.accs // 12), 3)))
+        self.pool = ThreadPoolExecutor(threads)
+
+    def sample(self) -> float:
+        n = self.iters // (self.peak.accs // 12)
+        return sum(self.pool.map(lambda _: self.peak.time(n, 1)[0], range(self.threads)))
+
+
+def tvm_note(tvm_python: str | None) -> str:
+    """What the TVM column says: whether ``tvm_python`` can import apache-tvm."""
+    if not tvm_python:
+        return TVM_NA
+    try:
+        out = subprocess.run(
+            [tvm_python, "-c", "import tvm; print(tvm.__version__)"], capture_output=True, text=True, timeout=120
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return TVM_NA
+    if out.returncode != 0:
+        return TVM_NA
+    return f"apache-tvm {out.stdout.strip()} in {tvm_python} (comparison not automated)"
+
+
+# ---------------------------------------------------------------- one run
+
+
+def parse_op(text: str) -> tuple[str, int, int | None]:
+    """``NAME``, ``NAME:INDEX`` or either with ``@TRIALS``: (name, index, trials or None)."""
+    spec, _, trials = text.partition("@")
+    name, _, index = spec.partition(":")
+    try:
+        return name, int(index) if index else 0, int(trials) if trials else None
+    except ValueError:
+        raise SystemExit(f"--ops: {text!r} is not NAME, NAME:INDEX or either with @TRIALS") from None
+
+
+def tune_one(
+    name: str, index: int, trials: int, dtype: str, hw, args, work_root: Path, peak: MachinePeak | None, tvm: str
+) -> dict:
+    from tensorsearch import workloads
+    from tensorsearch.search import tune
+    from tensorsearch.search.report import ProgressBar, write_curve_csv, write_curve_png
+
+    wl = workloads.get(name, index, dtype)
+    work_dir = work_root / f"{name}_{index}_{dtype}"
+    row: dict = {"op": name, "index": index, "dtype": dtype, "args": "x".join(map(str, wl.args)), "tvm": tvm}
+    print(f"== {wl.key}: tuning {trials} trials in {work_dir}", file=sys.stderr)
+    with ProgressBar(sys.stderr) as bar:
+        result = tune(wl, hw, trials, work_dir, seed=args.seed, address=args.address, progress=bar)
+    write_curve_csv(work_dir / "tuning_curve.csv", result.curve, result.unit)
+    write_curve_png(work_dir / "tuning_curve.png", result.curve, f"{wl.key} on {hw.name}", result.unit)
+    if result.trace is not None:
+        (work_dir / "best_trace.json").write_text(result.trace.as_json_text())
+    failed = sum(1 for r in result.records if not r.ok)
+    row.update(
+        unit=result.unit,
+        trials=result.trials,
+        records=len(result.records),
+        failed=failed,
+        tuning_wall_s=round(result.wall_seconds, 1),
+        search_s=round(sum(s.search_seconds for s in result.search_stats), 1),
+        measure_s=round(sum(s.measure_seconds for s in result.search_stats), 1),
+        made_per_s=round(
+            sum(s.sampled + s.mutants for s in result.search_stats)
+            / max(sum(s.search_seconds for s in result.search_stats), 1e-9),
+            1,
+        ),
+        tuned=round(result.throughput, 2),
+        curve=list(result.curve),
+    )
+    if result.module is None or not math.isfinite(result.latency):
+        row["error"] = "no trial succeeded"
+        return row
+
+    # correctness on fresh random inputs, then same-run timing against the reference
+    mod = result.module
+    mod.num_threads = args.threads
+    inputs = wl.make_inputs(np.random.default_rng())
+    outs = [np.empty(o.shape, o.dtype) for o in wl.outputs]
+    mod(*inputs, *outs)
+    wl.check(outs, wl.reference(*inputs))
+    ours: list[float] = []
+    refs: list[float] = []
+    if dtype == "float32":
+        from threadpoolctl import threadpool_limits
+
+        with threadpool_limits(limits=args.threads, user_api="blas"):
+            for _ in range(args.rounds):
+                refs.append(wl.flops / time_call(lambda: numpy_float32(wl, inputs), args.min_seconds) / 1e9)
+                ours.append(wl.flops / mod.time(*inputs, *outs, min_repeat_ms=args.min_seconds * 1e3).median / 1e9)
+        row.update(numpy=round(statistics.median(refs), 2), ratio_vs_numpy=pair_ratio(ours, refs))
+    else:
+        for _ in range(args.rounds):
+            if peak is not None:
+                refs.append(peak.sample())
+            ours.append(wl.flops / mod.time(*inputs, *outs, min_repeat_ms=args.min_seconds * 1e3).median / 1e9)
+        if peak is not None:
+            row.update(peak=round(statistics.median(refs), 1), ratio_vs_peak=pair_ratio(ours, refs))
+    best = statistics.median(ours)
+    row.update(threads=args.threads, ours=round(best, 2), ours_ms=round(wl.flops / best / 1e6, 4))
+    return row
+
+
+def pair_ratio(ours: list[float], refs: list[float]) -> float:
+    return round(statistics.median(o / r for o, r in zip(ours, refs)), 3)
+
+
+# ---------------------------------------------------------------- report
+
+COLUMNS = [
+    ("op", "op"),
+    ("index", "shape"),
+    ("dtype", "dtype"),
+    ("trials", "trials"),
+    ("failed", "failed"),
+    ("tuning_wall_s", "tuning wall s"),
+    ("search_s", "search s"),
+    ("measure_s", "measure s"),
+    ("made_per_s", "candidates/s"),
+    ("unit", "unit"),
+    ("tuned", "tuned (tuner's measure)"),
+    ("ours", "ours, re-timed median"),
+    ("ours_ms", "ours ms"),
+    ("numpy", "numpy float32"),
+    ("ratio_vs_numpy", "ours / numpy"),
+    ("peak", "VNNI peak GOPS"),
+    ("ratio_vs_peak", "ours / peak"),
+    ("tvm", "TVM MetaSchedule"),
+    ("error", "error"),
+]
+
+
+DIGITS = {"ratio_vs_numpy": 3, "ratio_vs_peak": 3, "ours_ms": 3}
+
+
+def cell(key: str, value: object) -> str:
+    """A Markdown cell: ratios and milliseconds with 3 decimals, other numbers with 1."""
+    if isinstance(value, float):
+        return f"{value:.{DIGITS.get(key, 1)}f}"
+    return str(value)
+
+
+def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str) -> None:
+    from tensorsearch.search.report import format_markdown_table
+
+    keys = [k for k, _ in COLUMNS] + ["args", "records", "threads"]
+    with open(out_dir / "tune_ops.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    table = [[cell(k, r.get(k, "")) for k, _ in COLUMNS] for r in rows]
+    md = [
+        "# Auto-tuned operators: `tensorsearch.tune` vs numpy (float32) and the VNNI peak (int8)",
+        "",
+        f"Command: `{cmd}`",
+        "",
+        *[f"- {e}" for e in env],
+        "",
+        format_markdown_table(table, [h for _, h in COLUMNS]),
+        "",
+        "Throughput is GOPS (int8) or GFLOPS (float32): the workload's operation count (a multiply-add "
+        "is 2) over seconds. `tuned`: the best latency the tuner measured; `ours, re-timed`: the best "
+        "module timed again here, each repeat paired with a reference sample taken just before it; "
+        "`ours / numpy` and `ours / peak` are medians over those pairs. numpy float32: the workload's "
+        "numpy reference run in float32 (GMM: OpenBLAS sgemm) with the same thread count. VNNI peak: "
+        "register-only vpdpbusd loops (bench_vnni_gemm.Peak) on as many threads as ours, summed. "
+        "Any packing the tuned program does runs inside it and is counted.",
+        "",
+        "![tuning curves](tune_ops.png)",
+        "",
+    ]
+    (out_dir / "tune_ops.md").write_text("\n".join(md))
+    plot_curves(rows, out_dir / "tune_ops.png")
+
+
+def plot_curves(rows: list[dict], path: Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(8, 4.5))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    for r in rows:
+        pts = [(n, y) for n, y in r.get("curve", []) if y]
+        if pts:
+            final = pts[-1][1]
+            ax.step(
+                [n for n, _ in pts],
+                [y / final for _, y in pts],
+                where="post",
+                label=f"{r['op']}:{r['index']} {r['dtype']}",
+            )
+    ax.set_xlabel("trials")
+    ax.set_ylabel("best throughput / final best")
+    ax.set_ylim(0, 1.05)
+    ax.grid(True, alpha=0.3)
+    ax.set_title("tuning curves")
+    if ax.lines:
+        ax.legend(fontsize=7, ncol=3, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def machine_info(hw, args, tvm: str) -> list[str]:
+    import llvmlite.binding as llvm
+    from threadpoolctl import threadpool_info
+
+    blas = "; ".join(
+        f"{d.get('internal_api')} {d.get('version')} kernel {d.get('architecture')}"
+        for d in threadpool_info()
+        if d.get("user_api") == "blas"
+    )
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=HERE)
+        rev = commit.stdout.strip() or "unknown"
+    except OSError:
+        rev = "unknown"
+    return [
+        f"CPU: {platform.processor() or platform.machine()}, LLVM cpu {llvm.get_host_cpu_name()}, "
+        f"{os.cpu_count()} logical CPUs; hardware descriptor {hw.name} "
+        f"(VNNI: {'yes' if hw.has_feature('+avx512vnni') else 'no'})",
+        f"numpy {np.__version__}, BLAS: {blas or 'unknown'}; OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}",
+        f"timing: {args.threads} thread(s), {args.rounds} rounds, at least {args.min_seconds} s per sample; "
+        f"tuning seed {args.seed}; Ray {'at ' + args.address if args.address else 'local cluster'}",
+        f"load average at the end: {os.getloadavg()[0]:.2f}; tensorsearch commit {rev}",
+        f"TVM: {tvm}",
+    ]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trials", type=int, default=256, help="trials per tuning run (default 256)")
+    ap.add_argument(
+        "--ops", default=",".join(OPS), help=f"comma-separated NAME or NAME:INDEX (default {','.join(OPS)})"
+    )
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes (default int8,float32)")
+    ap.add_argument("--out", default=str(HERE / "results"), help="output directory (default experiments/results)")
+    ap.add_argument("--work-dir", help="parent of the runs' work dirs (default: a fresh temporary directory)")
+    ap.add_argument("--seed", type=int, default=0, help="tuning seed (default 0)")
+    ap.add_argument("--address", help="Ray cluster address (default: a local cluster)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads when re-timing (default: all)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved re-timing rounds (default 5)")
+    ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing sample (default 0.05)")
+    ap.add_argument("--peak-iters", type=int, default=2_000_000, help="iterations per peak sample (default 2e6)")
+    ap.add_argument("--tvm-python", help="a Python executable with apache-tvm installed, if any")
+    args = ap.parse_args()
+    if args.trials < 1:
+        ap.error(f"--trials must be a positive integer, not {args.trials}")
+
+    from tensorsearch import hardware, workloads
+
+    ops = [parse_op(t.strip()) for t in args.ops.split(",") if t.strip()]
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for name, index, _ in ops:
+        for dtype in dtypes:
+            try:
+                workloads.get(name, index, dtype)
+            except ValueError as err:
+                ap.error(f"--ops/--dtypes: {err}")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    work_root = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="tune_ops_"))
+    hw = hardware.load("host")
+    vnni = hw.has_feature("+avx512vnni")
+    peak = MachinePeak(args.threads, args.peak_iters) if vnni and "int8" in dtypes else None
+    tvm = tvm_note(args.tvm_python)
+    cmd = "python experiments/tune_ops.py" + "".join(f" {a}" for a in sys.argv[1:])
+
+    rows: list[dict] = []
+    runs = [(name, index, trials or args.trials, dtype) for name, index, trials in ops for dtype in dtypes]
+    try:
+        for name, index, trials, dtype in runs:
+            try:
+                row = tune_one(name, index, trials, dtype, hw, args, work_root, peak, tvm)
+            except Exception as err:  # one failing run must not lose the others
+                traceback.print_exc()
+                row = {"op": name, "index": index, "dtype": dtype, "tvm": tvm, "error": f"{type(err).__name__}: {err}"}
+            rows.append(row)
+            write_outputs(rows, out_dir, machine_info(hw, args, tvm), cmd)
+            print({k: v for k, v in row.items() if k != "curve"}, file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(rows)} of {len(runs)} runs", file=sys.stderr)
+    print((out_dir / "tune_ops.md").read_text() if rows else "no run finished")
+    print(f"wrote {out_dir}/tune_ops.csv, tune_ops.md, tune_ops.png; work dirs under {work_root}")
+
+
+if __name__ == "__main__":
+    main()
