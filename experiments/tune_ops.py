@@ -178,6 +178,13 @@ def tune_one(
         row["error"] = "no trial succeeded"
         return row
 
+    # the local Ray cluster's processes stay busy for a while after a run and slowed the re-timing
+    # by about 20% (docs/search.md); a joined cluster is left alone
+    if not args.address:
+        import ray
+
+        ray.shutdown()
+
     # correctness on fresh random inputs, then same-run timing against the reference
     mod = result.module
     mod.num_threads = args.threads
