@@ -691,14 +691,18 @@ class DesignSpace:
 
     def postprocess(self, sch: Schedule) -> bool:
         """Run the postprocessors on ``sch`` (after ``enter_postproc``); False when one rejects it."""
+        return self._refusal(sch) is None
+
+    def _refusal(self, sch: Schedule) -> str | None:
+        """Run the postprocessors on ``sch``; why one rejected it, or None when none did."""
         sch.enter_postproc()
         for p in self.postprocs:
             try:
                 if not p.apply(sch):
-                    return False
-            except ScheduleError:
-                return False
-        return True
+                    return f"postprocessor {p.name} rejected it"
+            except ScheduleError as err:
+                return str(err).splitlines()[0]
+        return None
 
     def _candidate(self, sch: Schedule, space: int) -> Candidate | None:
         if not self.postprocess(sch):
@@ -724,13 +728,9 @@ class DesignSpace:
         refusing primitive's or postprocessor's message), or None when it is valid."""
         try:
             sch = self._replay(self.traces[space], _sampling_fresh, seed)
-            sch.enter_postproc()
-            for p in self.postprocs:
-                if not p.apply(sch):
-                    return f"postprocessor {p.name} rejected it"
         except (ScheduleError, ValueError) as err:
             return str(err).splitlines()[0]
-        return None
+        return self._refusal(sch)
 
     def replay(self, design_trace: Trace, space: int = 0) -> Candidate | None:
         """The candidate of a design trace with its recorded decisions (None when invalid)."""
