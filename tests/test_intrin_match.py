@@ -14,8 +14,9 @@ from schedule_util import check_same_results, check_trace_round_trip
 from tensorsearch import hardware, te, workloads
 from tensorsearch.cli.main import main
 from tensorsearch.intrin import MatchReport, match, tile_with_intrin
-from tensorsearch.ir import BlockRealize, For, verify
-from tensorsearch.schedule import InvalidArgument, Schedule
+from tensorsearch.ir import BlockRealize, For, structural_equal, verify
+from tensorsearch.schedule import InvalidArgument, Schedule, ScheduleError
+from tensorsearch.script import parse
 
 VNNI = "vnni_dot_16x4_u8i8i32"
 
@@ -229,9 +230,87 @@ def test_tile_refusals_leave_schedule_untouched(vnni):
     sch = Schedule(c2d)
     report = match(c2d, "conv2d_nhwc", vnni)
     fused = next(m for m in report.feasible if m.fused)
-    with pytest.raises(InvalidArgument, match="only unfused mappings are performed"):
-        tile_with_intrin(sch, sch.get_block("conv2d_nhwc"), vnni, fused)
-    assert sch.func is c2d
+    block = sch.get_block("conv2d_nhwc")
+    sch.split(sch.get_loops(block)[1], [2, 2])  # the fusion needs each iterator bound to its own loop
+    before, steps = sch.func, len(sch.trace.insts)
+    with pytest.raises(ScheduleError, match="conv2d_nhwc does not have a trivial binding"):
+        tile_with_intrin(sch, block, vnni, fused)
+    assert sch.func is before and len(sch.trace.insts) == steps
+
+
+FUSED_C2D = """
+@T.prim_func
+def main(inputs: T.Buffer((1, 3, 3, 3), "uint8"), weight: T.Buffer((3, 3, 3, 16), "int8"), conv2d_nhwc: T.Buffer((1, 1, 1, 16), "int32")):
+    PadInput = T.alloc_buffer((1, 3, 3, 3), "uint8")
+    PadInput_reindex_pad = T.alloc_buffer((7, 4), "uint8")
+    weight_reindex_pad = T.alloc_buffer((1, 7, 16, 4), "int8")
+    for i0, i1, i2, i3 in T.grid(1, 3, 3, 3):
+        with T.block("PadInput"):
+            v_i0, v_i1, v_i2, v_i3 = T.axis.remap("SSSS", [i0, i1, i2, i3])
+            T.reads(inputs[v_i0, v_i1, v_i2, v_i3])
+            T.writes(PadInput[v_i0, v_i1, v_i2, v_i3])
+            PadInput[v_i0, v_i1, v_i2, v_i3] = inputs[v_i0, v_i1, v_i2, v_i3]
+    for i0 in T.serial(28):
+        with T.block("PadInput_reindex_pad"):
+            v0 = T.axis.spatial(28, i0)
+            T.reads(PadInput[0, v0 // 9, v0 // 3 % 3, v0 % 3])
+            T.writes(PadInput_reindex_pad[v0 // 4, v0 % 4])
+            PadInput_reindex_pad[v0 // 4, v0 % 4] = T.Select(v0 < 27, PadInput[0, v0 // 9, v0 // 3 % 3, v0 % 3], T.uint8(0))
+    for i0, i1 in T.grid(16, 28):
+        with T.block("weight_reindex_pad"):
+            v0, v1 = T.axis.remap("SS", [i0, i1])
+            T.reads(weight[v1 // 9, v1 // 3 % 3, v1 % 3, v0])
+            T.writes(weight_reindex_pad[0, v1 // 4, v0, v1 % 4])
+            weight_reindex_pad[0, v1 // 4, v0, v1 % 4] = T.Select(v1 < 27, weight[v1 // 9, v1 // 3 % 3, v1 % 3, v0], T.int8(0))
+    for ax0_init, ax1_init, ax2_init, ax3_init in T.grid(1, 1, 1, 16):
+        with T.block("conv2d_nhwc_init"):
+            v0, v1, v2, v3 = T.axis.remap("SSSS", [ax0_init, ax1_init, ax2_init, ax3_init])
+            T.reads()
+            T.writes(conv2d_nhwc[0, 0, 0, v3])
+            conv2d_nhwc[0, 0, 0, v3] = 0
+    for ax0, ax1, ax2, ax3_0, ax4_0 in T.grid(1, 1, 1, 1, 7):
+        with T.block("conv2d_nhwc_update_o"):
+            v0_o, v1_o, v2_o, v3_o, v4_o = T.axis.remap("SSSSR", [ax0, ax1, ax2, ax3_0, ax4_0])
+            T.reads(conv2d_nhwc[0, 0, 0, 0:16], PadInput_reindex_pad[v4_o, 0:4], weight_reindex_pad[0, v4_o, 0:16, 0:4])
+            T.writes(conv2d_nhwc[0, 0, 0, 0:16])
+            for ax3_1, ax4_1 in T.grid(16, 4):
+                with T.block("conv2d_nhwc_update"):
+                    v3_i, v4_i = T.axis.remap("SR", [ax3_1, ax4_1])
+                    T.reads(conv2d_nhwc[0, 0, 0, v3_i], PadInput_reindex_pad[v4_o, v4_i], weight_reindex_pad[0, v4_o, v3_i, v4_i])
+                    T.writes(conv2d_nhwc[0, 0, 0, v3_i])
+                    conv2d_nhwc[0, 0, 0, v3_i] = conv2d_nhwc[0, 0, 0, v3_i] + T.Cast("int32", PadInput_reindex_pad[v4_o, v4_i]) * T.Cast("int32", weight_reindex_pad[0, v4_o, v3_i, v4_i])
+"""
+
+
+def test_fused_mapping_gathers_and_pads_each_operand_once(vnni):
+    """k <- rh * rw * rc (27, padded to 28): the block's reduce iterators merged into one, each
+    operand gathered (im2col) and padded by one copy into the intrinsic's tile layout."""
+    func = workloads.make("C2D", (1, 3, 3, 3, 16, 3, 1, 0), "int8").func
+    report = match(func, "conv2d_nhwc", vnni)
+    assert report.best.fused and round(report.best.waste, 4) == round(1 / 28, 4)
+    assert [round(m.waste, 2) for m in report.feasible[1:]] == [0.25, 0.25, 0.25]  # rh, rw or rc: 3 -> 4
+    sch, _ = _tile(func, "conv2d_nhwc", vnni)
+    assert structural_equal(sch.func, parse(FUSED_C2D)), sch.func.script()
+
+
+@pytest.mark.parametrize(
+    ("name", "args"),
+    [
+        ("C1D", (1, 16, 8, 16, 3, 1, 1)),
+        ("C2D", (1, 8, 8, 3, 16, 7, 2, 3)),
+        ("C3D", (1, 4, 6, 6, 3, 16, 3, 1, 1)),
+        ("DIL", (1, 8, 8, 3, 16, 3, 1, 1, 2)),
+    ],
+)
+def test_fused_mappings_compute_the_convolution(vnni, name, args):
+    func = workloads.make(name, args, "int8").func
+    block = func.buffers[-1].name
+    fused = next(n for n, m in enumerate(match(func, block, vnni).feasible) if m.fused)
+    sch = Schedule(func)
+    tile_with_intrin(sch, sch.get_block(block), vnni, fused)
+    verify(sch.func)
+    check_same_results(func, sch.func)
+    check_trace_round_trip(sch, func)
 
 
 # ----------------------------------------------------------------------------------------------

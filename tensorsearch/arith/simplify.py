@@ -368,12 +368,22 @@ class _Simplifier:
         return hi <= 0 if t is Min else lo >= 0
 
     def fuse(self, lin: _Lin) -> _Lin:
-        """``(x // c) * c * k + (x % c) * k -> x * k``."""
+        """``(x // c) * c * k + (x % c) * k -> x * k`` and
+        ``(x // c % d) * c * k + (x % c) * k -> (x % (c * d)) * k`` (undoing a fused index's split)."""
         for t, k in list(lin.terms.items()):
-            if type(t) is FloorMod and type(t.b) is IntImm and lin.terms.get(FloorDiv(t.a, t.b)) == k * t.b.value:
+            if type(t) is not FloorMod or type(t.b) is not IntImm:
+                continue
+            c = t.b.value
+            if lin.terms.get(FloorDiv(t.a, t.b)) == k * c:
                 rest = dict(lin.terms)
                 del rest[t], rest[FloorDiv(t.a, t.b)]
                 return self.fuse(_Lin(lin.dtype, rest, lin.const).add(self.lin(t.a), k))
+            for u, ku in lin.terms.items():
+                if ku == k * c and type(u) is FloorMod and type(u.b) is IntImm and u.a == FloorDiv(t.a, t.b):
+                    rest = dict(lin.terms)
+                    del rest[t], rest[u]
+                    merged = self.atom(FloorMod(t.a, _imm(c * u.b.value, t.b.dtype)))
+                    return self.fuse(_Lin(lin.dtype, rest, lin.const).add(merged, k))
         return lin
 
     def floor_op(self, op: type, la: _Lin, lb: _Lin) -> _Lin:

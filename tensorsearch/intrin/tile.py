@@ -12,6 +12,22 @@ init (the init stays outside the tensorized region); ``split`` of each mapped lo
 intrinsic's extent; ``reorder`` so that the inner loops come last in the intrinsic's iterator
 order; ``blockize`` at the first inner loop. The returned block's body is the inner block computing
 the intrinsic's semantics on one tile.
+
+A *fused* mapping (several workload iterators playing one intrinsic iterator, e.g. a
+convolution's ``rh, rw, rc`` as VNNI's ``k``) first makes the block an unfused one: every operand
+the fused iterators index is staged through ``reindex`` (the im2col copy), each staged buffer's
+fused dimensions are merged by ``transform_layout``, and ``transform_block_layout`` merges the
+block's fused iterators into one. C2D with 3 input channels (``k <- rh * rw * rc``, 147 padded to
+148), before::
+
+    conv2d_nhwc[nn, hh, ww, cc] += PadInput[nn, hh * 2 + rh, ww * 2 + rw, rc] * weight[rh, rw, rc, cc]
+
+after the fusion (then tiled as any unfused mapping, ``v4`` padded to 148)::
+
+    PadInput_reindex[v0, v1, v2, v3 * 21 + v4 * 3 + v5] = PadInput[v0, v1 * 2 + v3, v2 * 2 + v4, v5]
+    weight_reindex[v0, v1 * 21 + v2 * 3 + v3] = weight[v1, v2, v3, v0]
+    with T.block("conv2d_nhwc"):   # v0, v1, v2, v3 spatial (1, 112, 112, 64), v4 reduce (147)
+        conv2d_nhwc[0, v1, v2, v3] += PadInput_reindex[0, v1, v2, v4] * weight_reindex[v3, v4]
 """
 
 from __future__ import annotations
@@ -54,8 +70,8 @@ def tile_with_intrin(
 ) -> BlockRV:
     """Tile ``block`` so that its innermost loops compute ``intrin``; return the blockized block.
 
-    ``mapping`` is one of ``match(...).feasible`` (or its index); by default the best unfused
-    one. ``decompose_init=False`` keeps the init in the returned (outer) block, for a caller
+    ``mapping`` is one of ``match(...).feasible`` (or its index); by default the best (the
+    least padding, then unfused, then the fewest layout transforms). ``decompose_init=False`` keeps the init in the returned (outer) block, for a caller
     that tiles it further and decomposes the reduction later (the search's postprocessor). Raises :class:`~tensorsearch.schedule.InvalidArgument` naming the block, the intrinsic
     and the matcher's reasons when no mapping applies; on any failure the schedule is left as it
     was.
@@ -73,27 +89,88 @@ def tile_with_intrin(
             )
         mapping = report.feasible[mapping]
     if mapping is None:
-        usable = [m for m in report.feasible if not m.fused]
-        if not usable:
-            why = "; ".join(str(r) for r in report.infeasible) or "only fused mappings exist"
+        if not report.feasible:
+            why = "; ".join(str(r) for r in report.infeasible)
             raise InvalidArgument(
                 f"tile_with_intrin: block {blk.name} cannot be computed by intrinsic {intrin.name}: {why}",
                 block=blk.name,
             )
-        mapping = usable[0]
-    if mapping.fused:
-        raise InvalidArgument(
-            f"tile_with_intrin: block {blk.name}: the mapping fuses "
-            + ", ".join("*".join(m.workload_iters) for m in mapping.iterators if m.fused)
-            + f" onto intrinsic {intrin.name}'s iterators; only unfused mappings are performed (pick another)",
-            block=blk.name,
-        )
+        mapping = report.feasible[0]
     snap = sch._snapshot()
     try:
+        if mapping.fused:
+            mapping = _fuse(sch, block, intrin, mapping)
         return _apply(sch, block, intrin, mapping, decompose_init)
     except ScheduleError:
         sch._restore(snap)
         raise
+
+
+def _fused_index(names: tuple[str, ...], extents: dict[str, int]) -> str:
+    """The row-major index of fused iterators, outer first: ``rh * 21 + rw * 3 + rc``."""
+    terms, stride = [], 1
+    for w in reversed(names):
+        terms.append(w if stride == 1 else f"{w} * {stride}")
+        stride *= extents[w]
+    return " + ".join(reversed(terms))
+
+
+def _merge_map(dims: tuple[str, ...], groups: list[tuple[str, ...]], extents: dict[str, int]) -> str:
+    """The index map (lambda text) over ``dims`` that merges each group of fused dims into one,
+    at the place of the group's first dim; other dims stay."""
+    out = []
+    for d in dims:
+        group = _group(d, groups)
+        if d == next(x for x in dims if x in group):
+            out.append(_fused_index(tuple(x for x in dims if x in group), extents))
+    return f"lambda {', '.join(dims)}: ({', '.join(out)}{',' if len(out) == 1 else ''})"
+
+
+def _fuse(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping) -> Mapping:
+    """Merge the block's fused iterators into one (``transform_block_layout``, see the module
+    docstring) and return the unfused mapping of the merged block that maps the same iterators."""
+    from ..schedule import InvalidArgument
+
+    extents = {name: ext for name, ext, _ in mapping.block_iters}
+    groups = [m.workload_iters for m in mapping.iterators if m.fused]
+    names = tuple(name for name, _, _ in mapping.block_iters)
+    sch.transform_block_layout(block, _merge_map(names, groups, extents))
+    # the merged block's iterators: one per unfused iterator and one per group, in the old order
+    slots = [n for n in names if next(x for x in names if x in _group(n, groups)) == n]
+    renamed = dict(zip(slots, (iv.var.name for iv in sch.get(block).iter_vars), strict=True))
+    want = {m.intrin_iter: renamed[m.workload_iters[0]] for m in mapping.iterators}
+    report = match(sch.func, sch.get(block).name, intrin)
+    for m in report.feasible:
+        if not m.fused and {it.intrin_iter: it.workload_iters[0] for it in m.iterators} == want:
+            return m
+    raise InvalidArgument(
+        f"tile_with_intrin: after fusing {', '.join('*'.join(g) for g in groups)} of block {sch.get(block).name}, "
+        f"intrinsic {intrin.name} no longer maps onto it ({'; '.join(str(r) for r in report.infeasible) or 'no mapping'})",
+        block=sch.get(block).name,
+    )
+
+
+def _feeds(sch: Schedule, producer: BlockRV, consumer: BlockRV) -> bool:
+    """Whether ``consumer`` reads what ``producer`` writes."""
+    written = {r.buffer.name for r in sch.get(producer).writes}
+    return any(r.buffer.name in written for r in sch.get(consumer).reads)
+
+
+def _inline_copies(sch: Schedule, copies: list[BlockRV]) -> None:
+    """Inline each staged copy into the padding copy that ``pad_einsum`` made of it, so an operand
+    is gathered and padded in one pass (``A_reindex_pad[k] = Select(k < 27, A[k // 9, ...], 0)``);
+    a copy that cannot be inlined stays (the schedule is unchanged by the refusal)."""
+    from ..schedule import ScheduleError
+
+    for rb in copies:
+        try:
+            sch.compute_inline(rb)
+        except ScheduleError:
+            continue
+
+
+def _group(name: str, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
+    return next((g for g in groups if name in g), (name,))
 
 
 def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping, decompose_init: bool) -> BlockRV:
@@ -101,16 +178,20 @@ def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping, d
 
     stage = [o for o in mapping.operands if o.needs_transform]
     staged: dict[str, str] = {}
+    copies: list[BlockRV] = []
     for o in stage:
         access = _access(sch, block, o.buffer, o.access[0] == "write")
         rb = sch.reindex(block, access)
         staged[o.operand] = sch.get(rb).name
+        if o.access[0] == "read":
+            copies.append(rb)
     if mapping.needs_padding:
         pads = [
             next((m.intrin_extent for m in mapping.iterators if name in m.workload_iters and m.padding), 1)
             for name, _, _ in mapping.block_iters
         ]
         sch.pad_einsum(block, pads)
+        _inline_copies(sch, [rb for rb in copies if not _feeds(sch, rb, block)])
     for o in stage:
         if o.index_map is None:
             continue

@@ -372,14 +372,17 @@ class MultiLevelTiling(ScheduleRule):
 class MultiLevelTilingWithIntrin(MultiLevelTiling):
     """Map a block onto one of the hardware's tensor intrinsics, then tile its outer block.
 
-    ``tile_with_intrin`` (the matcher's first usable mapping) makes the block's innermost loops
-    one intrinsic tile and blockizes them; the outer block is tiled ``SSRSRS`` and marked
-    ``meta_schedule.auto_tensorize = <intrinsic>`` so that the tensorize postprocessor calls
-    ``sch.tensorize`` once the reduction init has been split off. The first intrinsic (in the
-    YAML's order) that applies wins; a block no intrinsic fits is left to the next rule."""
+    ``tile_with_intrin`` makes the block's innermost loops one intrinsic tile and blockizes them;
+    the outer block is tiled ``SSRSRS`` and marked ``meta_schedule.auto_tensorize = <intrinsic>``
+    so that the tensorize postprocessor calls ``sch.tensorize`` once the reduction init has been
+    split off. The first intrinsic (in the YAML's order) that applies wins; the design space forks
+    over its best ``mappings`` feasible mappings in the matcher's rank (least padding wasted,
+    unfused, fewest layout transforms: C2D with 3 input channels gets ``k <- rh * rw * rc`` fused,
+    147 padded to 148, and ``k <- rh``, 7 padded to 8). A block no intrinsic fits is left to the
+    next rule."""
 
     name = "MultiLevelTilingWithIntrin"
-    params = {**MultiLevelTiling.params, "intrinsics": [""]}
+    params = {**MultiLevelTiling.params, "intrinsics": [""], "mappings": 2}
 
     def __init__(self, intrinsics: Sequence[Any] = (), **params: Any) -> None:
         names = params.pop("intrinsics", None)
@@ -396,18 +399,31 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
             offered = [by_name[n] for n in names]
         self.intrinsics = offered
 
+    @classmethod
+    def check_params(cls, params: dict[str, Any]) -> None:
+        super().check_params(params)
+        mappings = params.get("mappings", cls.params["mappings"])
+        if isinstance(mappings, bool) or not isinstance(mappings, int) or mappings < 1:
+            raise SearchSpaceError(f"rule {cls.name} parameter mappings must be a positive integer, got {mappings!r}")
+
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        from ..intrin import tile_with_intrin
+        from ..intrin import match, tile_with_intrin
 
         if not self.intrinsics or not self.applies(sch, block):
             return [sch]
         for intrin in self.intrinsics:
-            try:
-                outer = tile_with_intrin(sch, block, intrin, decompose_init=False)
-            except ScheduleError:
-                continue
-            sch.annotate(outer, AUTO_TENSORIZE, intrin.name)
-            return self.tile(sch, outer)
+            report = match(sch.func, sch.get(block).name, intrin)
+            spaces = []
+            for index in range(min(len(report.feasible), self.config["mappings"])):
+                fork = sch.copy()
+                try:
+                    outer = tile_with_intrin(fork, block, intrin, index, decompose_init=False)
+                except ScheduleError:
+                    continue
+                fork.annotate(outer, AUTO_TENSORIZE, intrin.name)
+                spaces += self.tile(fork, outer)
+            if spaces:
+                return spaces
         return [sch]
 
 
