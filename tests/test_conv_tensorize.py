@@ -1,6 +1,6 @@
 """Every convolution kind tensorized with VNNI through the design space (issue 11, part 1).
 
-Each kind (C1D, C2D with 3 input channels and 1x1, C3D, DIL) is sampled from its int8 design
+Each kind (C1D, C2D with 3 input channels and 1x1, C3D, DIL, GRP) is sampled from its int8 design
 space at a reduced shape; the tensorized program runs in the interpreter with numpy models of
 the VNNI instructions (tests/intrin_oracle.py) against numpy on fresh random inputs, on every
 CPU, and is compiled and run where the CPU has AVX-512 VNNI (elsewhere its assembly is checked
@@ -28,6 +28,7 @@ KINDS = [
     ("C2D", 1),  # 1x1
     ("C3D", 0),  # 3 input channels
     ("DIL", 0),  # dilation 2
+    ("GRP", 0),  # 4 groups: mapped per group (cc split into the group and the channel in it)
 ]
 
 

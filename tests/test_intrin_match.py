@@ -131,6 +131,24 @@ def test_c2d_int8_vnni_mappings(vnni):
     assert report.feasible.index(padded) > report.feasible.index(fused)  # padding ranks last
 
 
+def test_grp_int8_vnni_maps_per_group(vnni):
+    """cc // 32 picks the input channels of cc's group, so cc indexes A and cannot play i; split
+    into (group, channel in the group), the channel plays i and rc plays k."""
+    func = workloads.get("GRP", 0, "int8").func
+    report = match(func, "conv2d_nhwc", vnni)
+    assert report.best.split == ("v_cc", 32)
+    assert _iters(report.best) == {"i": ("v4",), "k": ("v7",)}  # v3, v4 = v_cc // 32, v_cc % 32
+    assert "per group: v_cc split into groups of 32" in str(report)
+    sch = Schedule(func)
+    tile_with_intrin(sch, sch.get_block("conv2d_nhwc"), vnni)
+    layouts = [dict(i.args)["index_map"] for i in sch.trace.insts if i.kind.name == "transform_block_layout"]
+    assert layouts == [
+        "lambda v_nn, v_hh, v_ww, v_cc, v_rh, v_rw, v_rc: (v_nn, v_hh, v_ww, v_cc // 32, v_cc % 32, v_rh, v_rw, v_rc)"
+    ]
+    small = workloads.reduced("GRP", 0, "int8").func
+    _tile(small, "conv2d_nhwc", vnni)
+
+
 def test_dep_int8_vnni_explains_why_not(vnni):
     func = workloads.make("DEP", (1, 8, 8, 16, 3, 1, 1), "int8").func
     report = match(func, "depth_conv2d_nhwc", vnni)

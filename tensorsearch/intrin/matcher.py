@@ -29,7 +29,7 @@ infeasible candidate carries its reason. ``str(report)`` is the printed explanat
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..arith import simplify
@@ -41,19 +41,25 @@ from ..ir import (
     BufferStore,
     Cast,
     FloatImm,
+    FloorDiv,
     IntImm,
     IterType,
+    IterVar,
     Max,
     Min,
     Mul,
     PrimExpr,
     PrimFunc,
+    Range,
+    Stmt,
     Sub,
     Var,
     free_vars,
     post_order_visit,
     substitute,
 )
+from ..ir.dtype import bool_
+from ..ir.functor import Mutator
 from .schema import Intrinsic, Operand
 
 __all__ = ["IterMapping", "MatchReport", "Mapping", "OperandPlan", "Rejection", "find_block", "match"]
@@ -152,6 +158,7 @@ class Mapping:
     block_iters: tuple[tuple[str, int, str], ...]  # (name, extent, kind) of the workload block
     has_init: bool = False
     notes: tuple[str, ...] = ()
+    split: tuple[str, int] | None = None  # (iterator, group size): split it first (grouped convolution)
 
     @property
     def fused(self) -> bool:
@@ -200,6 +207,7 @@ class Mapping:
         fused = ", ".join("*".join(m.workload_iters) for m in self.iterators if m.fused)
         lines.append(
             "loop plan: "
+            + (f"split {self.split[0]} into groups of {self.split[1]} (transform_block_layout); " if self.split else "")
             + ("decompose_reduction (the init stays outside); " if self.has_init else "")
             + (f"fuse {fused} (reindex, transform_layout, transform_block_layout); " if self.fused else "")
             + (f"pad_einsum {self.padding}; " if self.needs_padding else "")
@@ -373,16 +381,28 @@ def _strides(shape: list[int]) -> list[int]:
 def match(func: PrimFunc, block_name: str, intrin: Intrinsic) -> MatchReport:
     """Match block ``block_name`` of ``func`` against ``intrin``; see the module docstring."""
     realize, blk = find_block(func, block_name)
-    sem = intrin._ir()
     store = blk.body
     report = MatchReport(block_name, intrin.name, intrin.semantics, str(store).strip() if store is not None else "")
     if isinstance(store, BufferStore):
         report.workload = f"{_text(store)} = {store.value}"
+    _match_block(report, func, realize, blk, intrin)
+    if not report.feasible:
+        for name, size in _grouped_iterators(blk):
+            _match_groups(report, func, blk, intrin, name, size)
+    report.feasible.sort(key=Mapping.rank)
+    return report
+
+
+def _match_block(report: MatchReport, func: PrimFunc, realize: BlockRealize, blk: Block, intrin: Intrinsic) -> None:
+    """Add the feasible mappings of ``blk`` onto ``intrin`` to ``report``, and why the others fail."""
+    block_name = blk.name
+    sem = intrin._ir()
+    store = blk.body
     if not isinstance(store, BufferStore):
         report.infeasible.append(
             Rejection("-", f"block {block_name}'s body is not one buffer store; the matcher needs OUT[...] = value")
         )
-        return report
+        return
     out_op = intrin.output
     if intrin.accumulate:
         wvalue = _split_update(store)
@@ -394,7 +414,7 @@ def match(func: PrimFunc, block_name: str, intrin: Intrinsic) -> MatchReport:
                     f"update {store.buffer.name} as {_text(store)} = {_text(store)} + value",
                 )
             )
-            return report
+            return
     else:
         wvalue = store.value
         if blk.init is not None or _split_update(store) is not None:
@@ -405,7 +425,7 @@ def match(func: PrimFunc, block_name: str, intrin: Intrinsic) -> MatchReport:
                     f"into {store.buffer.name}",
                 )
             )
-            return report
+            return
     out_load = BufferLoad(store.buffer, store.indices)
     start = {out_op.name: out_load}
     results = _match_expr(sem.value, wvalue, start, [])
@@ -417,7 +437,7 @@ def match(func: PrimFunc, block_name: str, intrin: Intrinsic) -> MatchReport:
                 f"computes {sem.value} (the same operations over loads, with casts, are needed)",
             )
         )
-        return report
+        return
     seen: set[tuple] = set()
     for bind, diffs in results:
         key = tuple(sorted((k, id(v.buffer)) for k, v in bind.items()))
@@ -425,8 +445,91 @@ def match(func: PrimFunc, block_name: str, intrin: Intrinsic) -> MatchReport:
             continue
         seen.add(key)
         _candidate(report, func, realize, blk, intrin, bind, diffs)
-    report.feasible.sort(key=Mapping.rank)
-    return report
+
+
+def _grouped_iterators(blk: Block) -> list[tuple[str, int]]:
+    """Spatial iterators some index uses through ``v // c`` (``c`` > 1 dividing the extent):
+    grouped convolution's output channel, whose group ``cc // 32`` selects the input channels."""
+    found: dict[str, int] = {}
+
+    def visit(n: Any) -> None:
+        if isinstance(n, FloorDiv) and isinstance(n.a, Var) and isinstance(n.b, IntImm) and n.b.value > 1:
+            found.setdefault(n.a.name, n.b.value)
+
+    post_order_visit(blk.body, visit)
+    out = []
+    for iv in blk.iter_vars:
+        size = found.get(iv.var.name)
+        ext = _int(iv.dom.extent)
+        if size and iv.iter_type == IterType.SPATIAL and ext and ext % size == 0 and ext > size:
+            out.append((iv.var.name, size))
+    return out
+
+
+def split_iterator(blk: Block, name: str, size: int) -> tuple[Block, tuple[Var, ...]]:
+    """``blk`` with iterator ``name`` split into ``(name // size, name % size)``, as
+    ``transform_block_layout`` with :func:`group_split_map` makes it (iterators ``v0, v1, ...``),
+    and the new iterators."""
+    new_iters: list[IterVar] = []
+    back: dict[Var, PrimExpr] = {}
+    for iv in blk.iter_vars:
+        ext = _int(iv.dom.extent)
+        parts = [ext // size, size] if iv.var.name == name else [ext]
+        vs = []
+        for extent in parts:
+            v = Var(f"v{len(new_iters)}", iv.var.dtype)
+            dt = iv.dom.extent.dtype
+            new_iters.append(IterVar(v, Range(IntImm(dt, 0), IntImm(dt, extent)), iv.iter_type))
+            vs.append(v)
+        back[iv.var] = vs[0] * size + vs[1] if len(vs) == 2 else vs[0]
+    dom = {iv.var: iv.dom for iv in new_iters}
+
+    def rewrite(node: Any) -> Any:
+        return _simplify_indices(substitute(node, back), dom)
+
+    split = replace(
+        blk,
+        iter_vars=tuple(new_iters),
+        reads=tuple(rewrite(r) for r in blk.reads),
+        writes=tuple(rewrite(r) for r in blk.writes),
+        body=rewrite(blk.body),
+        init=None if blk.init is None else rewrite(blk.init),
+    )
+    return split, tuple(iv.var for iv in new_iters)
+
+
+def _simplify_indices(node: Any, dom: dict[Var, Range]) -> Any:
+    """``node`` with every load's and store's indices and every range simplified over ``dom``."""
+
+    class _Simplify(Mutator):
+        def visit_BufferLoad(self, op: BufferLoad) -> PrimExpr:
+            return BufferLoad(op.buffer, tuple(simplify(self.visit(i), dom) for i in op.indices))
+
+        def visit_BufferStore(self, op: BufferStore) -> Stmt:
+            return BufferStore(op.buffer, self.visit(op.value), tuple(simplify(self.visit(i), dom) for i in op.indices))
+
+        def visit_Range(self, op: Range) -> Range:
+            return Range(simplify(op.min, dom), simplify(op.extent, dom))
+
+    return _Simplify().visit(node)
+
+
+def group_split_map(blk: Block, name: str, size: int) -> str:
+    """The ``transform_block_layout`` map (lambda text) that splits iterator ``name`` in groups."""
+    names = [iv.var.name for iv in blk.iter_vars]
+    out = [f"{n} // {size}, {n} % {size}" if n == name else n for n in names]
+    return f"lambda {', '.join(names)}: ({', '.join(out)})"
+
+
+def _match_groups(report: MatchReport, func: PrimFunc, blk: Block, intrin: Intrinsic, name: str, size: int) -> None:
+    """Add the mappings of the block with iterator ``name`` split in groups of ``size``."""
+    split, values = split_iterator(blk, name, size)
+    sub = MatchReport(blk.name, intrin.name, intrin.semantics, report.workload)
+    _match_block(sub, func, BlockRealize(values, IntImm(bool_, 1), split), split, intrin)
+    why = f"{name} split into groups of {size} ({group_split_map(blk, name, size)})"
+    report.feasible += [replace(m, split=(name, size), notes=(*m.notes, f"per group: {why}")) for m in sub.feasible]
+    report.infeasible += [Rejection(f"per group ({why}); {r.candidate}", r.reason) for r in sub.infeasible]
+    report.vectors += [f"per group: {v}" for v in sub.vectors]
 
 
 def _candidate(

@@ -35,7 +35,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir import Var
-from .matcher import Mapping, match
+from .matcher import Mapping, group_split_map, match
 from .schema import Intrinsic
 
 if TYPE_CHECKING:  # the schedule package is imported lazily (it may import this package)
@@ -98,12 +98,32 @@ def tile_with_intrin(
         mapping = report.feasible[0]
     snap = sch._snapshot()
     try:
+        if mapping.split:
+            mapping = _split_groups(sch, block, intrin, mapping)
         if mapping.fused:
             mapping = _fuse(sch, block, intrin, mapping)
         return _apply(sch, block, intrin, mapping, decompose_init)
     except ScheduleError:
         sch._restore(snap)
         raise
+
+
+def _split_groups(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping) -> Mapping:
+    """Split the grouped iterator (``transform_block_layout``, grouped convolution's ``cc`` into
+    ``(cc // 32, cc % 32)``) and return the split block's mapping that maps the same iterators."""
+    from ..schedule import InvalidArgument
+
+    name, size = mapping.split
+    sch.transform_block_layout(block, group_split_map(sch.get(block), name, size))
+    report = match(sch.func, sch.get(block).name, intrin)
+    for m in report.feasible:
+        if m.iter_map == mapping.iter_map and not m.split:
+            return m
+    raise InvalidArgument(
+        f"tile_with_intrin: after splitting {name} of block {sch.get(block).name} into groups of {size}, "
+        f"intrinsic {intrin.name} no longer maps onto it the same way",
+        block=sch.get(block).name,
+    )
 
 
 def _fused_index(names: tuple[str, ...], extents: dict[str, int]) -> str:
