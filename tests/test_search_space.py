@@ -316,3 +316,17 @@ def test_tile_layout_copy_tiles_a_packing_copy_by_its_layout():
     # a block that is not such a copy is left alone
     sch2 = Schedule(wl.func)
     assert TileLayoutCopy().apply(sch2, sch2.get_block("Z")) == [sch2]
+
+
+def test_a_1x1_convolution_runs_its_update_in_parallel():
+    """The 1x1 kernel's unit reduction loops (rh, rw) go to the first reduction tile level: placed
+    outermost they stopped the parallel rewrite at the first loop, and the convolution ran on one
+    thread."""
+    wl = workloads.get("C2D", 1, "float32")
+    space = DesignSpace(wl.func, HOST)
+    for n in range(len(space.traces)):
+        cand = space.sample_space(n, 7 + n)
+        assert cand is not None
+        sch = Schedule(cand.func)
+        outer = sch.get(sch.get_loops(sch.get_block("conv2d_nhwc_update"))[0])
+        assert outer.kind == ForKind.PARALLEL, cand.func.script()

@@ -337,6 +337,9 @@ class MultiLevelTiling(ScheduleRule):
         for loop in sch.get_loops(block):
             var = sch.get(loop).loop_var
             levels = r_levels if kinds.get(var) == "R" else s_levels
+            if _extent(sch, loop) == 1 and levels and kinds.get(var) == "R":
+                groups[levels[0]].insert(0, loop)  # a unit reduction loop outermost would stop the parallel fuse
+                continue
             if _extent(sch, loop) == 1 or not levels:
                 unit.append(loop)
                 continue
