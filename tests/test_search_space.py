@@ -57,6 +57,7 @@ def _inst_names(trace):
 def test_default_rules_follow_the_descriptor():
     names = [r.name for r in rules_for(HOST)]
     assert names == [
+        "SplitStridePhases",
         "AutoInline",
         "AddRFactor",
         "MultiLevelTilingWithIntrin",
@@ -330,3 +331,23 @@ def test_a_1x1_convolution_runs_its_update_in_parallel():
         sch = Schedule(cand.func)
         outer = sch.get(sch.get_loops(sch.get_block("conv2d_nhwc_update"))[0])
         assert outer.kind == ForKind.PARALLEL, cand.func.script()
+
+
+def test_transposed_convolution_is_split_into_phases_and_each_is_tensorized():
+    """T2D's stride-parity Select becomes four dense phase blocks before the other rules; each
+    is tensorized with VNNI and the program is exact (interpreter with the vpdpbusd model)."""
+    import intrin_oracle
+
+    intrin_oracle.register()
+    wl = workloads.reduced("T2D", 0, "int8")
+    space = DesignSpace(wl.func, HOST)
+    assert len(space.traces) <= space.max_spaces  # four phases would fork 6 ** 4 ways uncapped
+    rng = np.random.default_rng()
+    for n in (0, len(space.traces) - 1):
+        cand = space.sample_space(n, n)
+        assert cand is not None
+        names = _inst_names(cand.trace)
+        assert next(n for n in names if not n.startswith("get_")) == "split_stride_phases"
+        assert names.count("tensorize") == 4
+        xs = wl.make_inputs(rng)
+        wl.check(ts.interpret(cand.func, *xs)[len(xs) :], wl.reference(*xs))

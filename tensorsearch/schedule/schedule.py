@@ -7,6 +7,7 @@ from .cache import CachePrimitives
 from .compute_location import ComputeLocationPrimitives
 from .lookup import LookupPrimitives
 from .loops import LoopPrimitives
+from .phases import PhasePrimitives
 from .reduction import ReductionPrimitives
 from .sampling import SamplingPrimitives
 from .tensorize import TensorizePrimitives
@@ -21,6 +22,7 @@ class Schedule(
     ReductionPrimitives,
     BlockizePrimitives,
     TensorizePrimitives,
+    PhasePrimitives,
 ):
     """Transform a PrimFunc with validated primitives, recording every step in ``trace``.
 

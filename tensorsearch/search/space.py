@@ -117,6 +117,7 @@ class ScheduleRule:
 
     name = "ScheduleRule"
     params: dict[str, Any] = {}
+    rewrites_program = False  # True: applied once to every block before the others (returns one schedule)
 
     def __init__(self, **params: Any) -> None:
         self.check_params(params)
@@ -148,6 +149,27 @@ class ScheduleRule:
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
         return f"{self.name}({args})"
+
+
+class SplitStridePhases(ScheduleRule):
+    """Split a transposed convolution's stride-parity ``Select`` into dense phase blocks
+    (``sch.split_stride_phases``), each then tiled (and tensorized) like any convolution; the
+    multiplications by the ``Select``'s zeros (3/4 of them at stride 2) are gone. Not in TVM."""
+
+    name = "SplitStridePhases"
+    params = {}
+    rewrites_program = True
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        from ..transform import has_stride_phases
+
+        if not has_stride_phases(sch.get(block)):
+            return [sch]
+        try:
+            sch.split_stride_phases(block)
+        except ScheduleError:
+            pass  # the schedule is as it was
+        return [sch]
 
 
 class AutoInline(ScheduleRule):
@@ -574,6 +596,7 @@ class TileLayoutCopy(ScheduleRule):
 RULES: dict[str, type[ScheduleRule]] = {
     r.name: r
     for r in (
+        SplitStridePhases,
         AutoInline,
         AddRFactor,
         MultiLevelTilingWithIntrin,
@@ -587,8 +610,8 @@ RULES: dict[str, type[ScheduleRule]] = {
 
 def rules_for(hardware: Any) -> list[ScheduleRule]:
     """The rules for a hardware descriptor: its YAML's ``search.rules`` list, else the defaults
-    for its kind (CPU: AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when it lists
-    intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
+    for its kind (CPU: SplitStridePhases, AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when
+    it lists intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
     TileLayoutCopy)."""
     if hardware.kind != "cpu":
         raise SearchSpaceError(
@@ -657,10 +680,12 @@ class DesignSpace:
         rules: list[ScheduleRule] | None = None,
         postprocs: list[Any] | None = None,
         traces: list[Trace] | None = None,
+        max_spaces: int = 16,
     ) -> None:
         from .postproc import postprocs_for
 
         self.func = func
+        self.max_spaces = max_spaces
         self.hardware = hardware
         self.rules = rules_for(hardware) if rules is None else rules
         self.postprocs = postprocs_for(hardware) if postprocs is None else postprocs
@@ -670,9 +695,15 @@ class DesignSpace:
 
     def _generate(self) -> list[Trace]:
         """Apply every rule to every block, consumers first; a block a rule creates (a packed
-        copy, a write cache) gets the rules too, except AutoInline (which would undo it); the
-        root block's rules run last."""
+        copy, a write cache, a stride phase) gets the rules too, except AutoInline (which would
+        undo it); the root block's rules run last. Forks multiply over blocks (four phase blocks
+        forking six ways each would make 1296 spaces), so once ``max_spaces`` would be passed a
+        rule's first choice is taken without forking."""
         root = Schedule(self.func, seed=0, check=False, error_detail="fast")
+        for rule in self.rules:
+            if rule.rewrites_program:  # whole-program rewrites first: their blocks are the program's
+                for block in _blocks_post_order(root):
+                    (root,) = rule.apply(root, block)
         initial = [root.get(b).name for b in _blocks_post_order(root)]
         queue: list[tuple[Schedule, list[str], frozenset[str]]] = [(root, initial, frozenset(initial))]
         final: list[Schedule] = []
@@ -687,7 +718,7 @@ class DesignSpace:
             name, rest = todo[0], todo[1:]
             states = [sch]
             for rule in self.rules:
-                if isinstance(rule, AutoInline) and name not in initial:
+                if (isinstance(rule, AutoInline) and name not in initial) or rule.rewrites_program:
                     continue
                 nxt: list[Schedule] = []
                 for st in states:
@@ -696,7 +727,10 @@ class DesignSpace:
                     except ScheduleError:
                         nxt.append(st)  # inlined by an earlier rule
                         continue
-                    nxt.extend(rule.apply(st, block))
+                    forks = rule.apply(st, block)
+                    if len(queue) + len(final) + len(states) + len(nxt) + len(forks) > self.max_spaces:
+                        forks = forks[:1]  # past the cap a block takes its rule's first choice
+                    nxt.extend(forks)
                 states = nxt
             for st in states:
                 new = [n for n in (st.get(b).name for b in _blocks_post_order(st)) if n not in known]
