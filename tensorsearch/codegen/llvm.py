@@ -1127,8 +1127,41 @@ def generate(func: PrimFunc, target: Any = None, name: str | None = None) -> str
         name = str(func.attr_dict.get("global_symbol", "main"))
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
         raise ValueError(f"function name {name!r} is not a valid symbol")
+    _check_intrinsic_features(func, target)
     gen = _CodeGen(func, target, name)
     return gen.build()
+
+
+@cache
+def _intrinsic_features() -> dict[str, tuple[str, ...]]:
+    """LLVM intrinsic name -> the CPU features its YAML intrinsic set requires (every set found)."""
+    from ..intrin.schema import IntrinsicError, LLVMImpl, available, load_intrinsic
+
+    needs: dict[str, tuple[str, ...]] = {}
+    for set_name in available():
+        try:
+            iset = load_intrinsic(set_name)
+        except IntrinsicError:
+            continue
+        for intr in iset.intrinsics:
+            if isinstance(intr.impl, LLVMImpl):
+                needs.setdefault(intr.impl.intrinsic, intr.requires.features)
+    return needs
+
+
+def _check_intrinsic_features(func: PrimFunc, target: Target) -> None:
+    """CodegenError when ``func`` calls an LLVM intrinsic whose YAML set needs a CPU feature the
+    target lacks (LLVM would abort the process instead of selecting it)."""
+    calls: set[str] = set()
+    post_order_visit(func.body, lambda n: calls.add(n.op) if isinstance(n, Call) and n.op.startswith("llvm.") else None)
+    have = set(target.features.split(","))
+    for op in sorted(calls):
+        missing = [f for f in _intrinsic_features().get(op, ()) if f not in have]
+        if missing:
+            raise CodegenError(
+                f"the program calls {op}, which needs CPU feature(s) {', '.join(missing)} that target "
+                f"{target.name} ({target.cpu}) lacks; build it for a target that has them (jit=False to only compile)"
+            )
 
 
 def uses_parallel(llvm_ir: str) -> bool:
