@@ -35,7 +35,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.functor import free_vars
-from .simplify import NEG_INF, POS_INF, _Simplifier
+from .simplify import NEG_INF, POS_INF, _imm, _Simplifier
 
 
 @dataclass(frozen=True)
@@ -137,6 +137,9 @@ class _SetEval:
 
     def var(self, v: Var) -> IntervalSet:
         r = self.dom[v]
+        if _is_constant_range(r):
+            # what eval gives for a constant range, without simplifying min and min + extent - 1
+            return IntervalSet(_imm(r.min.value, r.min.dtype), _imm(r.min.value + r.extent.value - 1, r.min.dtype))
         self.busy.add(v)
         try:
             if isinstance(r, IntervalSet):
@@ -148,6 +151,11 @@ class _SetEval:
             self.busy.discard(v)
 
     def eval(self, e: PrimExpr) -> IntervalSet:
+        t = type(e)
+        if t is Var:  # simplify keeps a variable as it is
+            return self.visit(e)
+        if t is IntImm:  # ... and a constant equal to itself
+            return IntervalSet.single_point(e)
         e = self.s.simplify(e)
         if e.dtype.lanes == 1 and not any(v in self.dom and v not in self.busy for v in free_vars(e)):
             return IntervalSet.single_point(e)
@@ -234,6 +242,33 @@ class _SetEval:
 
 def eval_int_set(expr: PrimExpr, dom_map: dict | None = None) -> IntervalSet:
     """The interval of ``expr`` when each Var of ``dom_map`` ranges over its Range or IntervalSet."""
+    _check_int_expr(expr)
+    return _SetEval(dom_map or {}).eval(expr)
+
+
+def _check_int_expr(expr: Any) -> None:
     if not isinstance(expr, PrimExpr) or not (expr.dtype.is_integer or expr.dtype.is_bool):
         raise TypeError(f"eval_int_set needs an integer expression, got {expr!r}")
-    return _SetEval(dom_map or {}).eval(expr)
+
+
+def _is_constant_range(r: Any) -> bool:
+    """A Range with a constant min and extent of one type."""
+    return type(r) is Range and type(r.min) is IntImm and type(r.extent) is IntImm and r.min.dtype == r.extent.dtype
+
+
+def _constant_ranges(dom_map: dict) -> bool:
+    """Every domain a constant range (then nothing an evaluation learns about the domain depends
+    on the expression evaluated)."""
+    return all(_is_constant_range(r) for r in dom_map.values())
+
+
+def eval_int_sets(exprs: list[PrimExpr], dom_map: dict | None = None) -> list[IntervalSet]:
+    """``[eval_int_set(e, dom_map) for e in exprs]``; one evaluator (and its simplifier's memo)
+    serves them all when every domain is a constant range."""
+    dom_map = dom_map or {}
+    for e in exprs:
+        _check_int_expr(e)
+    if not _constant_ranges(dom_map):
+        return [_SetEval(dom_map).eval(e) for e in exprs]
+    ev = _SetEval(dom_map)
+    return [ev.eval(e) for e in exprs]

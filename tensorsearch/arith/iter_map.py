@@ -537,12 +537,35 @@ def detect_iter_map(
     return _detect(list(indices), dict(input_iters), predicate, check_level, simplify_trivial_iterators)[0]
 
 
+_AFFINE_MEMO: dict[tuple, tuple[object, str | None]] = {}
+_AFFINE_MEMO_SIZE = 4096
+
+
 def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:
     """None when ``realize.iter_values`` are an affine binding of ``loops`` under ``realize.predicate``.
 
     Affine: a surjective quasi-affine map with stride 1 whose extent is the block iterator's
     domain extent.  Otherwise a sentence naming the block and the iterator.
+
+    The answer is remembered by the identity of ``realize`` (immutable; the memo keeps it alive)
+    and the loops' variables and bounds: schedule primitives ask again for every loop above a
+    block they change.
     """
+    try:
+        key = (id(realize), tuple((v, r.min, r.extent) for v, r in loops.items()))
+    except AttributeError:  # a domain that is not a Range
+        return _affine_binding_error(realize, loops)
+    hit = _AFFINE_MEMO.get(key)
+    if hit is not None and hit[0] is realize:
+        return hit[1]
+    reason = _affine_binding_error(realize, loops)
+    if len(_AFFINE_MEMO) >= _AFFINE_MEMO_SIZE:
+        del _AFFINE_MEMO[next(iter(_AFFINE_MEMO))]
+    _AFFINE_MEMO[key] = (realize, reason)
+    return reason
+
+
+def _affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:
     block = realize.block  # type: ignore[attr-defined]
     res = detect_iter_map(list(realize.iter_values), loops, realize.predicate, "surjective")  # type: ignore[attr-defined]
     if res.errors:

@@ -173,6 +173,9 @@ class Var(PrimExpr):
         return f"Var({self.name!r}, {self.dtype})"
 
 
+_INT_BOUNDS: dict[Any, tuple[int, int]] = {}  # DataType -> (min, max) of the integer types IntImm accepted
+
+
 @dataclass(frozen=True, slots=True)
 class IntImm(PrimExpr):
     """An integer (or bool) constant; the value is kept inside the type's range."""
@@ -181,6 +184,9 @@ class IntImm(PrimExpr):
     value: int
 
     def __post_init__(self) -> None:
+        bounds = _INT_BOUNDS.get(self.dtype) if type(self.value) is int and type(self.dtype) is DataType else None
+        if bounds is not None and bounds[0] <= self.value <= bounds[1]:
+            return  # the common case: a checked DataType and an int that fits (nothing to convert)
         dtype = parse_dtype(self.dtype)
         object.__setattr__(self, "dtype", dtype)
         if not (dtype.is_integer or dtype.is_bool) or dtype.lanes != 1:
@@ -189,6 +195,8 @@ class IntImm(PrimExpr):
         if not dtype.min_value() <= value <= dtype.max_value():
             raise ValueError(f"constant {value} does not fit in {dtype}")
         object.__setattr__(self, "value", value)
+        if type(dtype) is DataType:
+            _INT_BOUNDS[dtype] = (dtype.min_value(), dtype.max_value())
 
     def __repr__(self) -> str:
         return f"IntImm({self.dtype}, {self.value})"

@@ -20,7 +20,7 @@ from dataclasses import fields
 from functools import cache
 from typing import Any
 
-from .expr import Node, PrimExpr, Var
+from .expr import FloatImm, IntImm, Node, PrimExpr, Var
 from .stmt import Buffer
 
 _LEAVES = (Var, Buffer)
@@ -35,10 +35,13 @@ def _map_value(value: Any, fn: Callable[[Node], Any]) -> Any:
     if isinstance(value, Node):
         return fn(value)
     if isinstance(value, tuple):
-        new = tuple(_map_value(v, fn) for v in value)
-        if all(a is b for a, b in zip(new, value, strict=True)):
-            return value
-        return new
+        new = []
+        changed = False
+        for v in value:
+            w = _map_value(v, fn)
+            changed = changed or w is not v
+            new.append(w)
+        return tuple(new) if changed else value
     return value
 
 
@@ -46,40 +49,68 @@ def map_children(node: Node, fn: Callable[[Node], Any]) -> Node:
     """Apply ``fn`` to each child node (inside tuples too) and rebuild ``node`` if any changed."""
     if isinstance(node, _LEAVES):
         return node
-    names = _field_names(type(node))
-    values = [getattr(node, n) for n in names]
-    new_values = [_map_value(v, fn) for v in values]
-    if all(a is b for a, b in zip(new_values, values, strict=True)):
-        return node
-    return type(node)(*new_values)
+    new_values = []
+    changed = False
+    for n in _field_names(type(node)):
+        v = getattr(node, n)
+        w = fn(v) if isinstance(v, Node) else _map_value(v, fn) if isinstance(v, tuple) else v
+        changed = changed or w is not v
+        new_values.append(w)
+    return type(node)(*new_values) if changed else node
+
+
+def _collect(v: Any, out: list[Node]) -> None:
+    if isinstance(v, Node):
+        out.append(v)
+    elif isinstance(v, tuple):
+        for x in v:
+            _collect(x, out)
 
 
 def children(node: Node) -> list[Node]:
     """The direct child nodes of ``node`` in field order."""
     out: list[Node] = []
-
-    def collect(v: Any) -> None:
-        if isinstance(v, Node):
-            out.append(v)
-        elif isinstance(v, tuple):
-            for x in v:
-                collect(x)
-
     if not isinstance(node, _LEAVES):
         for n in _field_names(type(node)):
-            collect(getattr(node, n))
+            v = getattr(node, n)
+            if isinstance(v, Node):
+                out.append(v)
+            elif isinstance(v, tuple):
+                _collect(v, out)
     return out
 
 
-def _dispatch(functor: Any, node: Node) -> Callable[[Node], Any] | None:
-    """The ``visit_<Class>`` method for the node's class or its nearest IR base class."""
-    for cls in type(node).__mro__:
+def _lookup_name(functor_cls: type, node_cls: type) -> str | None:
+    for cls in node_cls.__mro__:
         if cls is Node or cls is object:
             return None
-        method = getattr(functor, "visit_" + cls.__name__, None)
-        if method is not None:
-            return method
+        if getattr(functor_cls, "visit_" + cls.__name__, None) is not None:
+            return "visit_" + cls.__name__
     return None
+
+
+def _dispatch_name(functor_cls: type, node_cls: type) -> str | None:
+    """The name of the ``visit_<Class>`` method a functor class has for a node class (its own
+    class or nearest IR base class), or None; remembered in a table on the functor class (so a
+    class made inside a function takes its table with it when it goes)."""
+    table = functor_cls.__dict__.get("_visit_names")
+    if table is None:
+        table = {}
+        try:
+            functor_cls._visit_names = table  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            return _lookup_name(functor_cls, node_cls)
+    name = table.get(node_cls, _lookup_name)
+    if name is _lookup_name:
+        name = table[node_cls] = _lookup_name(functor_cls, node_cls)
+    return name
+
+
+def _dispatch(functor: Any, node: Node) -> Callable[[Node], Any] | None:
+    """The ``visit_<Class>`` method for the node's class or its nearest IR base class (visit
+    methods are looked up on the functor's class)."""
+    name = _dispatch_name(type(functor), type(node))
+    return None if name is None else getattr(functor, name)
 
 
 class Visitor:
@@ -139,6 +170,14 @@ class _Substitute(Mutator):
     def __init__(self, lookup: Callable[[Var], PrimExpr | None]) -> None:
         self.lookup = lookup
 
+    def visit(self, node: Node) -> Any:
+        if isinstance(node, Var):  # a Var subclass (te's ReduceAxis) too
+            return self.visit_Var(node)
+        t = type(node)
+        if t is IntImm or t is FloatImm:  # constants hold nothing to substitute
+            return node
+        return map_children(node, self.visit)  # no other visit_ method: every other node is generic
+
     def visit_Var(self, var: Var) -> PrimExpr:
         new = self.lookup(var)
         return var if new is None else new
@@ -164,6 +203,14 @@ class _CollectFreeVars(Visitor):
         for iv in op.iter_vars:
             self.defined.add(iv.var)
         self.generic_visit(op)
+
+    def visit(self, node: Node) -> Any:
+        if isinstance(node, Var):  # a Var subclass (te's ReduceAxis) too
+            return self.visit_Var(node)
+        t = type(node)
+        if t is IntImm or t is FloatImm:  # constants hold no variable
+            return None
+        return super().visit(node)
 
     def visit_Var(self, var: Var) -> None:
         if var not in self.defined:

@@ -101,6 +101,9 @@ def _show(x: Any) -> str:
         return repr(x)
 
 
+_PLAIN_NODE: set[type] = set()  # node classes hashed field by field (neither Var nor Buffer)
+
+
 class _Hasher:
     def __init__(self) -> None:
         self.ids: dict[int, int] = {}
@@ -109,6 +112,24 @@ class _Hasher:
 
     def emit(self, x: Any) -> None:
         parts = self.parts
+        t = type(x)
+        if t in _PLAIN_NODE:  # the common cases first; the same text as the general ones below
+            parts.append(t.__name__ + "(")
+            for n in _compared_fields(t):
+                self.emit(getattr(x, n))
+            parts.append(")")
+            return
+        if t is tuple:
+            parts.append("[")
+            for v in x:
+                self.emit(v)
+            parts.append("]")
+            return
+        if t is int:
+            parts.append(f"I{x}")
+            return
+        if isinstance(x, Node) and not isinstance(x, Var | Buffer):
+            _PLAIN_NODE.add(t)
         if isinstance(x, Var):
             key = self.ids.get(id(x))
             if key is None:

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from ..arith import NEG_INF, POS_INF, IntervalSet, can_prove, eval_int_set, simplify
+from ..arith import NEG_INF, POS_INF, IntervalSet, can_prove, simplify
 from ..arith import union as set_union
+from ..arith.int_set import eval_int_sets
 from ..arith.iter_map import affine_binding_error
 from ..ir import (
     Block,
@@ -305,12 +306,11 @@ def unbind_region(region: BufferRegion, realize: BlockRealize) -> BufferRegion:
 
 def relax_region(region: BufferRegion, relax: dict[Var, Range]) -> list[IntervalSet]:
     """Per dimension, the inclusive interval the region spans when the vars of ``relax`` vary."""
-    sets = []
+    exprs = []
     for r in region.region:
-        lo = eval_int_set(r.min, relax).min_value
-        hi = eval_int_set(r.min + r.extent - 1, relax).max_value
-        sets.append(IntervalSet(lo, hi))
-    return sets
+        exprs += [r.min, r.min + r.extent - 1]
+    bounds = eval_int_sets(exprs, relax)
+    return [IntervalSet(lo.min_value, hi.max_value) for lo, hi in zip(bounds[::2], bounds[1::2], strict=True)]
 
 
 def _clip(sets: list[IntervalSet], buffer: Buffer, dom: dict) -> list[IntervalSet]:

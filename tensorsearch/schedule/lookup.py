@@ -6,7 +6,7 @@ from ..ir import Block, BlockRealize
 from .errors import BlockNotFound, InvalidArgument
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
-from .tree import child_blocks, enclosing_block, loops_above, walk_stmts
+from .tree import child_blocks, enclosing_block, find_block, loops_above, walk_stmts
 
 
 class LookupPrimitives(ScheduleState):
@@ -18,6 +18,8 @@ class LookupPrimitives(ScheduleState):
         """
         if not isinstance(name, str):
             raise InvalidArgument(f"get_block takes a block name, got {type(name).__name__} {name!r}")
+        if find_block(self.func, name) is not None:
+            return self._new_block_rv(name)
         names = []
         for loc in walk_stmts(self.func.body):
             if isinstance(loc.node, Block):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -58,9 +59,16 @@ def primitive(
             del call["self"]
             if self._depth:  # called from inside another primitive: no snapshot, no trace
                 return fn(self, **call)
+            key = _cache_key(self, kind, call)
+            if key is not None:
+                hit = _PRIMITIVE_CACHE.get(key)
+                if hit is not None and hit.func_before is self.func:
+                    _PRIMITIVE_CACHE.move_to_end(key)
+                    return self._replay_cached(kind, arg_names, call, hit)
             snapshot = self._snapshot()
             self._depth += 1
             self._pending_decision = None
+            self._rename_log = []
             try:
                 result = fn(self, **call)
                 if self.check:
@@ -84,6 +92,8 @@ def primitive(
             args_for_trace = tuple((n, _freeze_arg(call[n])) for n in arg_names)
             decision = self._pending_decision if sampling else None
             self.trace.append(Instruction(kind, args_for_trace, tuple(outputs), decision))
+            if key is not None:
+                _remember(self, key, snapshot, result, decision, sampling)
             return result
 
         method.instruction_kind = kind  # type: ignore[attr-defined]
@@ -108,6 +118,144 @@ def _output_rvs(result: Any) -> list[RV]:
     return []
 
 
+# --- the primitive cache ----------------------------------------------------------------
+#
+# A primitive is a function of the program, its arguments (random variables resolved to what
+# they stand for: a block name, a loop variable, an integer), its decision and the ``check``
+# flag. The IR is immutable, so a successful call is remembered by the identity of the program
+# it started from (the entry keeps that program alive, so the identity is never reused): a
+# second schedule reaching the same program object with the same arguments gets the same
+# resulting program object without running the primitive again. Replaying traces that share a
+# prefix (a design-space trace's deterministic part, a mutant and its parent up to the mutated
+# decision, a sample whose first decisions repeat) then runs the prefix once. Refusals are not
+# remembered (they run again and raise as before), nor are sampling calls that draw from the
+# random state (decision None), nor calls with arguments other than plain data and random
+# variables.
+
+_CACHE_SIZE = 16384
+_PRIMITIVE_CACHE: OrderedDict[tuple, _Remembered] = OrderedDict()
+_PLAIN = (str, int, type(None))
+# primitives whose result depends on more than the program and the arguments: tensorize looks its
+# intrinsic up by name in a registry that register_intrinsic_object may change
+_UNCACHED_KINDS = frozenset({"tensorize"})
+
+
+class _Remembered:
+    """What a successful primitive call did: the programs before and after, the block renames
+    it applied to existing random variables, its result (random variables as templates) and its
+    decision."""
+
+    __slots__ = ("decision", "func_after", "func_before", "renames", "result")
+
+    def __init__(self, func_before: Any, func_after: Any, renames: dict, result: Any, decision: Any) -> None:
+        self.func_before = func_before
+        self.func_after = func_after
+        self.renames = renames
+        self.result = result
+        self.decision = decision
+
+
+def set_primitive_cache_size(size: int) -> None:
+    """Keep at most ``size`` remembered primitive calls (0 turns the cache off and empties it)."""
+    global _CACHE_SIZE
+    if isinstance(size, bool) or not isinstance(size, int) or size < 0:
+        raise ValueError(f"the primitive cache size must be a non-negative integer, got {size!r}")
+    _CACHE_SIZE = size
+    while len(_PRIMITIVE_CACHE) > size:
+        _PRIMITIVE_CACHE.popitem(last=False)
+
+
+def clear_primitive_cache() -> None:
+    """Forget every remembered primitive call."""
+    _PRIMITIVE_CACHE.clear()
+
+
+class _Unkeyable(Exception):
+    """An argument the cache cannot key on (the call then simply runs)."""
+
+
+def _key_of(state: ScheduleState, value: Any) -> Any:
+    """A hashable stand-in for an argument; random variables become what they stand for."""
+    if isinstance(value, RV):
+        target = state._symtab.get(value, _Unkeyable)
+        if target is _Unkeyable:
+            raise _Unkeyable
+        return (type(value), target)
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, float):
+        return ("float", repr(value))  # repr tells -0.0 from 0.0
+    if isinstance(value, _PLAIN):
+        return (type(value), value)
+    if isinstance(value, list | tuple):
+        return (type(value), tuple(_key_of(state, v) for v in value))
+    raise _Unkeyable
+
+
+def _cache_key(state: ScheduleState, kind: InstructionKind, call: dict[str, Any]) -> tuple | None:
+    """The cache key of a primitive call, or None when it must run (cache off, a fresh sample,
+    an argument that is not plain data)."""
+    if not _CACHE_SIZE or kind.name in _UNCACHED_KINDS:
+        return None
+    if kind.sampling and call.get("decision") is None:
+        return None
+    try:
+        args = tuple((name, _key_of(state, value)) for name, value in call.items())
+    except _Unkeyable:
+        return None
+    return (id(state.func), kind.name, args, state.check)
+
+
+def _template(state: ScheduleState, value: Any) -> Any:
+    """The result with each random variable replaced by (its class, what it stands for)."""
+    if isinstance(value, RV):
+        return (_RVSlot, type(value), state._symtab[value])
+    if isinstance(value, list | tuple):
+        return type(value)(_template(state, v) for v in value)
+    return value
+
+
+class _RVSlot:
+    """Marks a random variable's place in a remembered result."""
+
+
+def _renames(before: dict[RV, Any], after: dict[RV, Any]) -> dict[tuple, Any] | None:
+    """``{(rv class, old value): new value}`` for the random variables the call re-pointed, or
+    None when they do not follow one rule per value (then the call is not remembered)."""
+    rules: dict[tuple, Any] = {}
+    changed = [rv for rv, old in before.items() if after[rv] is not old]  # an unchanged value is the same object
+    for rv in changed:
+        old, new = before[rv], after[rv]
+        if new != old and rules.setdefault((type(rv), old), new) != new:
+            return None
+    if not rules:
+        return rules
+    for rv, old in before.items():
+        rule = rules.get((type(rv), old), _Unkeyable)
+        if rule is not _Unkeyable and after[rv] != rule:
+            return None
+    return rules
+
+
+def _remember(
+    state: ScheduleState, key: tuple, snapshot: tuple, result: Any, decision: Any, kind_sampling: bool
+) -> None:
+    """Store a successful call (not when it re-pointed random variables irregularly or drew
+    from the random state)."""
+    func_before, symtab_before, rng_state, _ = snapshot
+    if any(rv in symtab_before for rv in _output_rvs(result)):
+        return  # it handed back a random variable that existed before: a replay could not
+    # random variables change what they stand for only through _rename_block (new ones are made
+    # by _new_*_rv), so without a logged rename there is nothing to compare
+    renames = _renames(symtab_before, state._symtab) if state._rename_log else {}
+    if renames is None or (kind_sampling and state._rng.getstate() != rng_state):
+        return  # only sampling primitives draw from the random state
+    decision = list(decision) if isinstance(decision, list) else decision
+    _PRIMITIVE_CACHE[key] = _Remembered(func_before, state.func, renames, _template(state, result), decision)
+    if len(_PRIMITIVE_CACHE) > _CACHE_SIZE:
+        _PRIMITIVE_CACHE.popitem(last=False)
+
+
 class ScheduleState:
     """The program being scheduled, its random variables, its random state and its trace."""
 
@@ -126,6 +274,7 @@ class ScheduleState:
         self._rng = random.Random(seed)
         self._depth = 0
         self._pending_decision: Any = None
+        self._rename_log: list[RV] = []  # BlockRVs renamed during the current primitive call
 
     # --- transactions -------------------------------------------------------------------
     def _snapshot(self) -> tuple[Any, ...]:
@@ -149,6 +298,7 @@ class ScheduleState:
         other._rng.setstate(self._rng.getstate())
         other._depth = 0
         other._pending_decision = None
+        other._rename_log = []
         return other
 
     def seed(self, seed: int) -> None:
@@ -158,6 +308,31 @@ class ScheduleState:
     def fork_seed(self) -> int:
         """A new seed drawn from this schedule's random state (for child schedules)."""
         return self._rng.randrange(1 << 31)
+
+    def _replay_cached(self, kind: InstructionKind, arg_names: tuple[str, ...], call: dict, hit: _Remembered) -> Any:
+        """Apply a remembered primitive call: its program, renames, fresh random variables for
+        its result, and its instruction in the trace."""
+        self.func = hit.func_after
+        if hit.renames:
+            for rv, value in list(self._symtab.items()):
+                new = hit.renames.get((type(rv), value), _Unkeyable)
+                if new is not _Unkeyable:
+                    self._symtab[rv] = new
+        result = self._fill(hit.result)
+        decision = list(hit.decision) if isinstance(hit.decision, list) else hit.decision
+        args_for_trace = tuple((n, _freeze_arg(call[n])) for n in arg_names)
+        self.trace.append(Instruction(kind, args_for_trace, tuple(_output_rvs(result)), decision))
+        return result
+
+    def _fill(self, template: Any) -> Any:
+        """A remembered result with a new random variable in each slot."""
+        if isinstance(template, tuple) and len(template) == 3 and template[0] is _RVSlot:
+            rv = template[1]()
+            self._symtab[rv] = template[2]
+            return rv
+        if isinstance(template, list | tuple):
+            return type(template)(self._fill(v) for v in template)
+        return template
 
     # --- random variables ---------------------------------------------------------------
     def get(self, rv: RV | int) -> Any:
@@ -239,6 +414,7 @@ class ScheduleState:
         self._pending_decision = decision
 
     def _rename_block(self, rv: BlockRV, name: str) -> None:
+        self._rename_log.append(rv)  # the primitive cache then looks for the renames it must remember
         self._symtab[rv] = name
 
     def _fragment(self, node: Any) -> Callable[[], str]:
@@ -249,12 +425,9 @@ class ScheduleState:
 
     def _unique_block_name(self, base: str) -> str:
         """``base`` if no block has that name yet, else ``base_1``, ``base_2``, ..."""
-        names = set()
-        from .tree import walk_stmts
+        from .tree import walk_nodes
 
-        for loc in walk_stmts(self.func.body):
-            if isinstance(loc.node, Block):
-                names.add(loc.node.name)
+        names = {node.name for node in walk_nodes(self.func.body) if isinstance(node, Block)}
         if base not in names:
             return base
         n = 1

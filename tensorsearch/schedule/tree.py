@@ -46,6 +46,10 @@ def _stmt_fields(cls: type) -> tuple[str, ...]:
 
 def stmt_children(node: Stmt) -> list[Stmt]:
     """The statements directly below ``node``, in field order (expressions are not visited)."""
+    t = type(node)
+    if t is For or t is BlockRealize:  # the common cases: one statement field
+        child = node.body if t is For else node.block
+        return [child] if isinstance(child, Stmt) else []
     out: list[Stmt] = []
     for name in _stmt_fields(type(node)):
         value = getattr(node, name)
@@ -66,20 +70,39 @@ def walk_stmts(stmt: Stmt, path: tuple[Stmt, ...] = ()) -> Iterator[Located]:
             stack.append((child, (*p, child)))
 
 
+def walk_nodes(stmt: Stmt) -> Iterator[Stmt]:
+    """Every statement below ``stmt`` in :func:`walk_stmts`'s order, without paths (cheaper)."""
+    stack: list[Stmt] = [stmt]
+    while stack:
+        node = stack.pop()
+        yield node
+        kids = stmt_children(node)
+        if kids:
+            stack.extend(reversed(kids))
+
+
+def _find(stmt: Stmt, match: Callable[[Stmt], bool]) -> Located | None:
+    """The first statement below ``stmt`` (pre-order, as :func:`walk_stmts`) that ``match``es,
+    located; paths are only built along the way down, not for every statement."""
+    stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(stmt, (stmt,))]
+    while stack:
+        node, p = stack.pop()
+        if match(node):
+            return Located(node, p)
+        kids = stmt_children(node)
+        for child in reversed(kids):
+            stack.append((child, (*p, child)))
+    return None
+
+
 def find_block(func: PrimFunc, name: str) -> Located | None:
     """The Block named ``name`` (its path ends ``..., BlockRealize, Block``)."""
-    for loc in walk_stmts(func.body):
-        if isinstance(loc.node, Block) and loc.node.name == name:
-            return loc
-    return None
+    return _find(func.body, lambda n: type(n) is Block and n.name == name)
 
 
 def find_loop(func: PrimFunc, var: Var) -> Located | None:
     """The For whose loop variable is ``var``."""
-    for loc in walk_stmts(func.body):
-        if isinstance(loc.node, For) and loc.node.loop_var is var:
-            return loc
-    return None
+    return _find(func.body, lambda n: type(n) is For and n.loop_var is var)
 
 
 def enclosing_block(path: tuple[Stmt, ...]) -> Block | None:

@@ -25,7 +25,7 @@ from ..ir import Block, BlockRealize, For, ForKind, IntImm, Var
 from ..ir.functor import free_vars
 from ..ir.stmt import IterType
 from ..schedule import BlockRV, Schedule, ScheduleError
-from ..schedule.tree import stmt_children, walk_stmts
+from ..schedule.tree import stmt_children, walk_nodes
 from .space import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
 
 
@@ -40,9 +40,7 @@ class Postproc:
 
 
 def _block_names(sch: Schedule) -> list[str]:
-    return [
-        loc.node.name for loc in walk_stmts(sch.func.body) if isinstance(loc.node, Block) and loc.node.name != "root"
-    ]
+    return [node.name for node in walk_nodes(sch.func.body) if isinstance(node, Block) and node.name != "root"]
 
 
 def _blocks(sch: Schedule):
@@ -59,9 +57,7 @@ class DisallowDynamicLoop(Postproc):
     name = "DisallowDynamicLoop"
 
     def apply(self, sch: Schedule) -> bool:
-        return all(
-            isinstance(loc.node.extent, IntImm) for loc in walk_stmts(sch.func.body) if isinstance(loc.node, For)
-        )
+        return all(isinstance(node.extent, IntImm) for node in walk_nodes(sch.func.body) if isinstance(node, For))
 
 
 def _reduce_loop_vars(realize: BlockRealize) -> set[Var]:
@@ -232,7 +228,7 @@ class RewriteParallelVectorizeUnroll(Postproc):
 def _is_leaf(sch: Schedule, name: str) -> bool:
     """A block with no block inside it (a tensorized block counts: its tile is gone)."""
     block = sch.get(sch.get_block(name))
-    return not any(isinstance(loc.node, BlockRealize) for loc in walk_stmts(block.body))
+    return not any(isinstance(node, BlockRealize) for node in walk_nodes(block.body))
 
 
 def postprocs_for(hardware: Any) -> list[Postproc]:
