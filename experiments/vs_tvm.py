@@ -1,0 +1,439 @@
+"""Benchmark (not a test): our tuned kernels side by side with Apache TVM MetaSchedule's, same shapes, same budget.
+
+Run from the repository root (a benchmark: hold the shared lock):
+
+    python experiments/vs_tvm.py --setup            # once: the TVM side environment in .tvm-env/
+    flock /tmp/tensorsearch-bench.lock python experiments/vs_tvm.py [--ops C2D:1,T2D:0,GMM:3]
+        [--dtypes float32,int8] [--trials 64] [--out runs/vs_tvm-DATE] [--rounds 5] [--debug]
+
+**The side environment.** ``--setup`` makes a virtual environment in ``.tvm-env/`` (git-ignored)
+with ``apache-tvm==0.27.0.post1`` and ``apache-tvm-ffi==0.1.14.post1`` (0.1.15 segfaults on JSON
+export), plus what MetaSchedule imports (xgboost-cpu, psutil, cloudpickle, scipy, tornado), then
+checks that the re-registered VNNI intrinsic compiles to ``vpdpbusd``. ``tvm`` is imported only by
+``experiments/tvm_worker.py``, in that environment's Python; this script talks to it through a
+pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
+
+**What one run does**, for every operator ``NAME:INDEX`` and dtype:
+
+1. TVM: the worker builds the workload from TVM's own table
+   (``meta_schedule.testing.te_workload.create_te_workload(NAME, INDEX)``; int8: the same
+   function with uint8 data and int8 weights, as ours), checks that its parameter shapes and
+   dtypes are ours (``tensorsearch.workloads.get``), and tunes it with ``meta_schedule.tune_tir``
+   (``max_trials_global`` = ``--trials``, 64 trials per iteration, ``--threads`` cores) for
+   target ``{"kind": "llvm", "mcpu": HOST, "num-cores": THREADS}``, HOST being
+   ``tensorsearch.hardware.load("host").cpu``. int8 is tensorized with VNNI (our re-registered
+   ``dot_16x4_vnni``, see tvm_worker.py) where the host has AVX-512 VNNI; elsewhere both sides
+   tune plain int8 code, and the row says so.
+2. Ours: ``tensorsearch.tune`` on the host descriptor with the same trial count (as
+   ``experiments/tune_ops.py``), then the local Ray cluster is shut down.
+3. Both best kernels run on the same fresh random inputs and are checked against the workload's
+   numpy reference.
+4. Re-timing, interleaved: ``--rounds`` rounds, each one TVM sample (``time_evaluator`` in the
+   worker process, ``TVM_NUM_THREADS`` = ``--threads``, ``TVM_BIND_THREADS=0``, ``min_repeat_ms`` = ``--min-seconds``,
+   median of 3 repeats) then one of ours (``Module.time`` in this process, ``num_threads`` =
+   ``--threads``, same ``min_repeat_ms``, median of 3). A latency is the median over rounds; the
+   speed ratio ``ours/TVM`` (TVM latency over ours: above 1, ours is faster) is the median over
+   the rounds' pairs. The two processes never run at once.
+
+Writes under ``--out`` (default ``runs/vs_tvm-YYYYmmdd-HHMMSS``; ``runs/`` is git-ignored):
+``vs_tvm.csv`` and ``vs_tvm.md`` (rewritten after every run, geomean of the ratios last),
+``dumps/NAME_INDEX_DTYPE/`` with both best kernels (``tvm_tir.py`` scheduled TIR, ``tvm_trace.py``,
+``tvm.ll``, ``tvm.s``, ``tvm_lib.so`` for ``tvm.runtime.load_module``; ``ours_tir.py``,
+``ours_trace.json``, ``ours.ll``, ``ours.s``),
+``work/`` (both tuners' databases and logs) and ``tvm_worker.log`` (TVM's output).
+
+The script re-executes itself without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` and with
+``OMP_WAIT_POLICY=passive`` unless set, as ``tune_ops.py`` does.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+_STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+if (any(k in os.environ for k in _STRIP) or "OMP_WAIT_POLICY" not in os.environ) and "numpy" not in sys.modules:
+    env = {k: v for k, v in os.environ.items() if k not in _STRIP}
+    env.setdefault("OMP_WAIT_POLICY", "passive")  # idle libgomp threads sleep (see bench_manual_gemm.py)
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+import argparse  # noqa: E402
+import csv  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import platform  # noqa: E402
+import statistics  # noqa: E402
+import subprocess  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ENV_DIR = ROOT / ".tvm-env"
+ENV_PYTHON = ENV_DIR / "bin" / "python"
+WORKER = HERE / "tvm_worker.py"
+PINS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"]
+EXTRAS = ["xgboost-cpu", "psutil", "cloudpickle", "scipy", "tornado"]  # what MetaSchedule imports
+SETUP_CMD = "python experiments/vs_tvm.py --setup"
+OPS = ("C2D:1", "T2D:0", "GMM:3")
+DTYPES = ("float32",)
+
+
+class Failure(Exception):
+    """An error a person can act on: printed in one line (a traceback only with --debug)."""
+
+
+# ---------------------------------------------------------------- side environment
+
+
+def setup_env() -> int:
+    """Create .tvm-env with the pinned apache-tvm and check the VNNI intrinsic."""
+    if not ENV_PYTHON.exists():
+        print(f"creating {ENV_DIR}", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "venv", str(ENV_DIR)], check=True)
+    subprocess.run([str(ENV_PYTHON), "-m", "pip", "install", *PINS, *EXTRAS], check=True)
+    out = subprocess.run([str(ENV_PYTHON), "-c", "import tvm; print(tvm.__version__)"], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"{ENV_DIR}: import tvm failed: {out.stderr.strip().splitlines()[-1:]}", file=sys.stderr)
+        return 1
+    print(f"apache-tvm {out.stdout.strip()} in {ENV_PYTHON}; checking the VNNI intrinsic (about a minute)")
+    return subprocess.run([str(ENV_PYTHON), str(WORKER), "--check-vnni"]).returncode
+
+
+def side_env_version() -> str:
+    """apache-tvm's version in the side environment, or raise Failure with the command to make it."""
+    if not ENV_PYTHON.exists():
+        raise Failure(f"no TVM side environment at {ENV_DIR}; create it with: {SETUP_CMD}")
+    out = subprocess.run(
+        [str(ENV_PYTHON), "-c", "import tvm; print(tvm.__version__)"], capture_output=True, text=True, timeout=300
+    )
+    if out.returncode != 0:
+        raise Failure(f"{ENV_PYTHON} cannot import tvm; re-create the side environment with: {SETUP_CMD}")
+    return out.stdout.strip()
+
+
+class TvmWorker:
+    """experiments/tvm_worker.py --serve in the side environment; one JSON request, one reply."""
+
+    def __init__(self, threads: int, log_path: Path, debug: bool):
+        # TVM pins its pool threads to cores by default; ours (OpenMP) are not pinned. On a shared
+        # machine a pinned thread cannot dodge a busy core: TVM's C2D:1 kernel timed 0.36-0.76 ms
+        # pinned and 0.35 ms unpinned in fresh processes (docs/tvm-comparison.md).
+        env = dict(os.environ, TVM_NUM_THREADS=str(threads), TVM_BIND_THREADS="0")
+        env.pop("PYTHONPATH", None)
+        self.log = None if debug else open(log_path, "a")
+        self.proc = subprocess.Popen(
+            [str(ENV_PYTHON), str(WORKER), "--serve"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=None if debug else self.log,
+            text=True,
+            env=env,
+            cwd=str(ROOT),
+        )
+
+    def ask(self, **req) -> dict:
+        self.proc.stdin.write(json.dumps(req) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:
+            raise Failure(f"the TVM worker exited (code {self.proc.wait()}); see its log")
+        out = json.loads(line)
+        if not out.get("ok"):
+            raise Failure(f"TVM worker, {req['cmd']}: {out.get('error')}")
+        return out
+
+    def close(self) -> None:
+        try:
+            self.proc.stdin.write(json.dumps({"cmd": "quit"}) + "\n")
+            self.proc.stdin.close()
+            self.proc.wait(timeout=60)
+        except (OSError, subprocess.TimeoutExpired):
+            self.proc.kill()
+        if self.log:
+            self.log.close()
+
+
+# ---------------------------------------------------------------- one comparison
+
+
+def parse_op(text: str) -> tuple[str, int]:
+    name, _, index = text.partition(":")
+    try:
+        return name.strip().upper(), int(index) if index else 0
+    except ValueError:
+        raise SystemExit(f"--ops: {text!r} is not NAME or NAME:INDEX") from None
+
+
+def dump_ours(result, dump: Path) -> None:
+    from tensorsearch.script import script
+
+    mod = result.module
+    dump.mkdir(parents=True, exist_ok=True)
+    (dump / "ours_tir.py").write_text(script(mod.func))
+    if result.trace is not None:
+        (dump / "ours_trace.json").write_text(result.trace.as_json_text())
+    (dump / "ours.ll").write_text(mod.llvm_ir)
+    (dump / "ours.s").write_text(mod.assembly)
+
+
+def compare_one(name: str, index: int, dtype: str, hw, worker: TvmWorker, args, out_dir: Path, row: dict) -> None:
+    """Tune both, check both, re-time both; fills ``row`` as it goes (a failure keeps what was measured)."""
+    from tensorsearch import workloads
+    from tensorsearch.search import tune
+    from tensorsearch.search.report import ProgressBar
+
+    wl = workloads.get(name, index, dtype)
+    key = f"{name}_{index}_{dtype}"
+    dump = out_dir / "dumps" / key
+    work = out_dir / "work" / key
+    vnni = hw.has_feature("+avx512vnni")
+    row.update(
+        args="x".join(map(str, wl.args)),
+        vnni=("yes" if vnni else "no (host lacks AVX-512 VNNI)") if dtype == "int8" else "",
+    )
+    expect = [{"shape": list(t.shape), "dtype": t.dtype} for t in [*wl.inputs, *wl.outputs]]
+
+    print(f"== {wl.key}: TVM MetaSchedule, {args.trials} trials (log: {out_dir / 'tvm_worker.log'})", file=sys.stderr)
+    t = worker.ask(
+        cmd="tune",
+        name=name,
+        index=index,
+        dtype=dtype,
+        trials=args.trials,
+        mcpu=args.mcpu,
+        cores=args.threads,
+        seed=args.seed,
+        expect=expect,
+        work_dir=str(work / "tvm"),
+        dump_dir=str(dump),
+    )
+    row.update(tvm_wall_s=round(t["wall_s"], 1), tvm_failed=t["failed"], tvm_records=t["records"])
+    if t.get("tuned_s"):
+        row["tvm_tuned_ms"] = round(t["tuned_s"] * 1e3, 4)
+
+    print(f"== {wl.key}: tensorsearch, {args.trials} trials", file=sys.stderr)
+    with ProgressBar(sys.stderr) as bar:
+        result = tune(wl, hw, args.trials, work / "ours", seed=args.seed, progress=bar)
+    import ray
+
+    ray.shutdown()  # a busy local cluster slowed re-timing by ~20% (docs/search.md)
+    row.update(ours_wall_s=round(result.wall_seconds, 1), ours_failed=result.failed)
+    if result.module is None or not math.isfinite(result.latency):
+        raise Failure("tensorsearch: no trial succeeded")
+    row["ours_tuned_ms"] = round(result.latency * 1e3, 4)
+    dump_ours(result, dump)
+
+    # both on the same inputs, both checked against numpy
+    mod = result.module
+    mod.num_threads = args.threads
+    inputs = wl.make_inputs(np.random.default_rng(args.seed))
+    want = wl.reference(*inputs)
+    ours_out = [np.full(o.shape, 7, o.dtype) for o in wl.outputs]
+    mod(*inputs, *ours_out)
+    wl.check(ours_out, want)
+    arrays = [*inputs, *[np.full(o.shape, 7, o.dtype) for o in wl.outputs]]
+    in_path, out_path = work / "inputs.npz", work / "tvm_outputs.npz"
+    np.savez(in_path, **{f"a{i}": a for i, a in enumerate(arrays)})
+    worker.ask(cmd="run", inputs=str(in_path), outputs=str(out_path))
+    got = np.load(out_path)
+    tvm_out = [got[f"arr_{len(inputs) + i}"] for i in range(len(wl.outputs))]
+    try:
+        wl.check(tvm_out, want)
+    except AssertionError as err:
+        raise Failure(f"TVM's kernel disagrees with the numpy reference: {str(err).strip().splitlines()[0]}") from None
+
+    tvm_s: list[float] = []
+    ours_s: list[float] = []
+    row["load"] = round(os.getloadavg()[0], 2)  # other processes on the cores inflate both latencies
+    for _ in range(args.rounds):
+        r = worker.ask(cmd="time", min_repeat_ms=args.min_seconds * 1e3, repeat=3)
+        tvm_s.append(statistics.median(r["results"]))
+        ours_s.append(mod.time(*inputs, *ours_out, min_repeat_ms=args.min_seconds * 1e3).median)
+    tvm_ms, ours_ms = statistics.median(tvm_s) * 1e3, statistics.median(ours_s) * 1e3
+    row.update(
+        tvm_ms=round(tvm_ms, 4),
+        ours_ms=round(ours_ms, 4),
+        tvm_gops=round(wl.flops / tvm_ms / 1e6, 1),
+        ours_gops=round(wl.flops / ours_ms / 1e6, 1),
+        ratio=round(statistics.median(tv / ou for tv, ou in zip(tvm_s, ours_s)), 3),
+    )
+
+
+# ---------------------------------------------------------------- report
+
+COLUMNS = [
+    ("op", "op"),
+    ("index", "shape"),
+    ("args", "args"),
+    ("dtype", "dtype"),
+    ("vnni", "int8 VNNI"),
+    ("trials", "trials"),
+    ("tvm_ms", "TVM ms"),
+    ("ours_ms", "ours ms"),
+    ("tvm_gops", "TVM G(FL)OPS"),
+    ("ours_gops", "ours G(FL)OPS"),
+    ("ratio", "ours/TVM speed"),
+    ("tvm_tuned_ms", "TVM tuner's ms"),
+    ("ours_tuned_ms", "our tuner's ms"),
+    ("tvm_wall_s", "TVM tuning wall s"),
+    ("ours_wall_s", "ours tuning wall s"),
+    ("load", "load avg at re-timing"),
+    ("tvm_failed", "TVM failed"),
+    ("ours_failed", "ours failed"),
+    ("error", "error"),
+]
+
+
+def geomean(rows: list[dict]) -> float | None:
+    ratios = [r["ratio"] for r in rows if r.get("ratio")]
+    return round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3) if ratios else None
+
+
+def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str) -> str:
+    from tensorsearch.search.report import format_markdown_table
+
+    g = geomean(rows)
+    keys = [k for k, _ in COLUMNS]
+    with open(out_dir / "vs_tvm.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+        if g is not None:
+            w.writerow({"op": "geomean", "ratio": g})
+    table = [[str(r.get(k, "")) for k, _ in COLUMNS] for r in rows]
+    if g is not None:
+        table.append(
+            ["geomean", *[""] * (keys.index("ratio") - 1), str(g), *[""] * (len(keys) - keys.index("ratio") - 1)]
+        )
+    md = "\n".join(
+        [
+            "# tensorsearch vs Apache TVM MetaSchedule, same shapes, same trial budget",
+            "",
+            f"Command: `{cmd}`",
+            "",
+            *[f"- {e}" for e in env],
+            "",
+            format_markdown_table(table, [h for _, h in COLUMNS]),
+            "",
+            "Latencies: medians over the interleaved re-timing rounds (TVM: time_evaluator in the side "
+            "environment's worker; ours: Module.time here; same inputs, same thread count, never at "
+            "once). `ours/TVM speed`: TVM latency over ours, the median over the rounds' pairs (above 1: "
+            "ours is faster). Tuner's ms: the best latency each tuner measured while tuning. Both "
+            "kernels are checked against the numpy reference first. IR and assembly of both best "
+            "kernels: `dumps/`.",
+            "",
+        ]
+    )
+    (out_dir / "vs_tvm.md").write_text(md)
+    return md
+
+
+def machine_info(hw, args, tvm_version: str) -> list[str]:
+    import llvmlite.binding as llvm
+
+    try:
+        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT)
+        rev = rev.stdout.strip() or "unknown"
+    except OSError:
+        rev = "unknown"
+    return [
+        f"CPU: {platform.processor() or platform.machine()}, LLVM cpu {llvm.get_host_cpu_name()}, {os.cpu_count()} "
+        f"logical CPUs; our hardware descriptor {hw.name} (VNNI: {'yes' if hw.has_feature('+avx512vnni') else 'no'})",
+        f"TVM: apache-tvm {tvm_version} ({ENV_DIR.name}), target "
+        f'{{"kind": "llvm", "mcpu": "{args.mcpu}", "num-cores": {args.threads}}}, tune_tir with '
+        f"max_trials_global = trials, num_trials_per_iter 64, {args.threads} tuning cores, seed {args.seed}",
+        f"timing: {args.threads} thread(s), {args.rounds} rounds, at least {args.min_seconds} s per repeat; "
+        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY')}",
+        f"load average at the end: {os.getloadavg()[0]:.2f}; tensorsearch commit {rev}",
+    ]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--setup", action="store_true", help=f"create the TVM side environment in {ENV_DIR.name}/ and exit")
+    ap.add_argument(
+        "--ops", default=",".join(OPS), help=f"comma-separated NAME or NAME:INDEX (default {','.join(OPS)})"
+    )
+    ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: float32, int8 (default float32)")
+    ap.add_argument("--trials", type=int, default=64, help="trials per tuning run, both tuners (default 64)")
+    ap.add_argument("--out", help="output directory (default runs/vs_tvm-DATE-TIME)")
+    ap.add_argument("--seed", type=int, default=0, help="tuning seed, both tuners (default 0)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="cores: tuning and timing (default all)")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved re-timing rounds (default 5)")
+    ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing repeat (default 0.05)")
+    ap.add_argument("--mcpu", help="TVM's -mcpu (default: tensorsearch.hardware.load('host').cpu)")
+    ap.add_argument("--debug", action="store_true", help="tracebacks, and TVM's output on stderr")
+    args = ap.parse_args()
+    if args.setup:
+        return setup_env()
+    if args.trials < 1:
+        ap.error(f"--trials must be a positive integer, not {args.trials}")
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+
+    from tensorsearch import hardware, workloads
+
+    ops = [parse_op(t) for t in args.ops.split(",") if t.strip()]
+    dtypes = [d.strip() for d in args.dtypes.split(",") if d.strip()]
+    for dtype in dtypes:
+        if dtype not in ("float32", "int8"):
+            ap.error(f"--dtypes: {dtype!r}; the comparison runs float32 and int8")
+    for name, index in ops:
+        for dtype in dtypes:
+            try:
+                workloads.get(name, index, dtype)
+            except ValueError as err:
+                ap.error(f"--ops/--dtypes: {err}")
+    try:
+        tvm_version = side_env_version()
+    except Failure as err:
+        print(err, file=sys.stderr)
+        return 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "no shipped descriptor matches": expected on most hosts
+        hw = hardware.load("host")
+    args.mcpu = args.mcpu or hw.cpu
+    out_dir = Path(args.out) if args.out else ROOT / "runs" / time.strftime("vs_tvm-%Y%m%d-%H%M%S")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cmd = "python experiments/vs_tvm.py" + "".join(f" {a}" for a in sys.argv[1:])
+    worker = TvmWorker(args.threads, out_dir / "tvm_worker.log", args.debug)
+    rows: list[dict] = []
+    runs = [(name, index, dtype) for name, index in ops for dtype in dtypes]
+    md = ""
+    try:
+        for name, index, dtype in runs:
+            row: dict = {"op": name, "index": index, "dtype": dtype, "trials": args.trials}
+            try:
+                compare_one(name, index, dtype, hw, worker, args, out_dir, row)
+            except Failure as err:
+                if args.debug:
+                    traceback.print_exc()
+                print(f"{name}:{index} {dtype}: {err}", file=sys.stderr)
+                row["error"] = str(err)
+                if worker.proc.poll() is not None:  # a dead worker: start another for the next run
+                    worker = TvmWorker(args.threads, out_dir / "tvm_worker.log", args.debug)
+            except Exception as err:  # one failing run must not lose the others
+                if args.debug:
+                    traceback.print_exc()
+                print(
+                    f"{name}:{index} {dtype}: {type(err).__name__}: {err} (--debug for the traceback)", file=sys.stderr
+                )
+                row["error"] = f"{type(err).__name__}: {err}"
+            rows.append(row)
+            md = write_outputs(rows, out_dir, machine_info(hw, args, tvm_version), cmd)
+            print({k: v for k, v in row.items()}, file=sys.stderr)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(rows)} of {len(runs)} runs", file=sys.stderr)
+    finally:
+        worker.close()
+    print(md or "no run finished")
+    print(f"wrote {out_dir}/vs_tvm.csv, vs_tvm.md, dumps/")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
