@@ -111,8 +111,22 @@ class Target:
 
     @property
     def runs_here(self) -> bool:
-        """Whether code for this target can run on this machine (same architecture)."""
-        return _arch_family(self.arch) == _arch_family(llvm.get_process_triple().split("-")[0])
+        """Whether code for this target can run on this machine: the same architecture, and no
+        feature the target enables that this CPU reports it lacks (AVX-512 code on an AVX2 CPU
+        would die of an illegal instruction)."""
+        if _arch_family(self.arch) != _arch_family(llvm.get_process_triple().split("-")[0]):
+            return False
+        return not self.missing_here()
+
+    def missing_here(self) -> list[str]:
+        """The features this target enables that this CPU reports as absent (LLVM's ``-feature``)."""
+        absent = _host_absent_features()
+        return [f for f in self.features.split(",") if f.startswith("+") and f[1:] in absent]
+
+
+@cache
+def _host_absent_features() -> frozenset[str]:
+    return frozenset(f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("-"))
 
 
 def _arch_family(arch: str) -> str:

@@ -170,6 +170,12 @@ class _Runnable:
             raise RuntimeError(
                 f"module {self.name} was built with jit=False; save() it and load_module() the file to run it"
             )
+        missing = self.target.missing_here() if getattr(self, "target", None) is not None else []
+        if self._cfunc is None and missing:
+            raise RuntimeError(
+                f"module {self.name} was built for {self.target.name}, whose features {', '.join(missing[:4])}"
+                f"{' ...' if len(missing) > 4 else ''} this CPU lacks; use .assembly or .save_object(path) instead"
+            )
         if self._cfunc is None:
             arch = self.triple.split("-")[0]
             raise RuntimeError(
