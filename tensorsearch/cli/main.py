@@ -131,6 +131,7 @@ def _best_trace_script(trace, wl, hw, hardware_arg: str, result) -> str:
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from .. import hardware, search, workloads
+    from ..search.database import Database
     from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
 
     _argument("NAME", workloads.shapes, args.name)
@@ -138,10 +139,19 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     wl = _argument("--index", workloads.get, args.name, args.index, args.dtype)
     hw = _argument("--hardware", hardware.load, args.hardware)
     work_dir = Path(args.work_dir or Path("runs") / f"{wl.name}-{wl.index}-{wl.dtype}-{hw.name}")
+    for path in args.transfer:  # a bad --transfer path is an error before Ray starts
+        Database.open_existing(path).close()
     bar = ProgressBar(sys.stderr)
     try:
         result = search.tune(
-            wl, hw, trials=args.trials, work_dir=work_dir, seed=args.seed, address=args.address, progress=bar
+            wl,
+            hw,
+            trials=args.trials,
+            work_dir=work_dir,
+            seed=args.seed,
+            address=args.address,
+            progress=bar,
+            transfer_from=args.transfer,
         )
     except KeyboardInterrupt:
         bar.close()
@@ -168,6 +178,8 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             (work_dir / name).write_text(text)
             files.append(work_dir / name)
     print(final_summary(result, files))
+    if result.transferred:
+        print(f"  transfer       cost model pre-trained on {result.transferred} records of other workloads")
     return 0
 
 
@@ -202,6 +214,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); the same seed gives the same search")
     p.add_argument("--address", help="Ray cluster address to join (default: start a local one)")
+    p.add_argument(
+        "--transfer",
+        metavar="DB",
+        action="append",
+        default=[],
+        help="pre-train the cost model on this database's records of other workloads on the same hardware "
+        "(a work dir or its database directory; repeatable; the work dir's own database is always used)",
+    )
     p.set_defaults(fn=_cmd_tune)
     return parser
 

@@ -34,6 +34,13 @@ feed one task, whose best latency is taken over all of them; give each tuning ta
 when one model learns from several. Until ``min_train_samples`` successful measurements
 exist, ``predict`` returns seeded random scores in [0, 1) (the search then explores at random).
 
+**Transfer.** :func:`transfer_data` reads the records of *other* workloads measured on the same
+hardware (the database's hardware key) from one or more databases, replays each record's trace
+on its workload (parsed back from the script text the database stores) and extracts features;
+:meth:`CostModel.pretrain` feeds each workload as a task of its own, so every workload's
+throughput is normalized by its own best and workloads of different sizes mix. The model is then
+trained before the run's first measurement, and ranks the first round instead of guessing.
+
 **Saving.** ``save`` writes the training data and parameters to one ``.npz`` file (plain arrays
 and a JSON string, no pickle), and ``load`` refits on them: a refit is deterministic, so the loaded
 model predicts exactly what the saved one did, the file cannot run code when read, and it stays
@@ -53,7 +60,7 @@ from threadpoolctl import threadpool_limits
 
 from .features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector
 
-__all__ = ["CostModel"]
+__all__ = ["CostModel", "transfer_data"]
 
 _FORMAT = "tensorsearch-cost-model-1"
 _FLOOR = -10.0  # log2 of the normalized throughput given to failed candidates
@@ -142,6 +149,28 @@ class CostModel:
             self._latency.append(lat if math.isfinite(lat) and lat > 0 else math.inf)
             self._task.append(t)
         self._fit()
+
+    def pretrain(self, data: Sequence[tuple[str, Sequence[np.ndarray], Sequence[float]]]) -> int:
+        """Record other workloads' measurements (``(task, features, latencies)`` each, as
+        :func:`transfer_data` returns) and fit once; returns the number of candidates added."""
+        added = 0
+        for task, features, latencies in data:
+            if len(features) != len(latencies):
+                raise ValueError(
+                    f"pretrain got {len(features)} feature arrays but {len(latencies)} latencies for {task}"
+                )
+            if task not in self._tasks:
+                self._tasks.append(task)
+            t = self._tasks.index(task)
+            for f, lat in zip(features, latencies, strict=True):
+                self._x.append(_as_vector(f))
+                lat = float(lat)
+                self._latency.append(lat if math.isfinite(lat) and lat > 0 else math.inf)
+                self._task.append(t)
+                added += 1
+        if added:
+            self._fit()
+        return added
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Scores of candidates, higher = faster: estimated normalized throughput (random before training)."""
@@ -240,3 +269,56 @@ class CostModel:
         model._rng.bit_generator.state = meta["rng_state"]
         model._fit()
         return model
+
+
+def _spread_pick(records: list[Any], count: int) -> list[Any]:
+    """``count`` records spread evenly over ``records`` sorted by latency (fastest and slowest kept)."""
+    ranked = sorted(records, key=lambda r: r.latency)
+    if len(ranked) <= count:
+        return ranked
+    step = (len(ranked) - 1) / max(count - 1, 1)
+    return [ranked[round(i * step)] for i in range(count)]
+
+
+def _record_features(func: Any, trace_json: str) -> np.ndarray | None:
+    """Features of a record's program: its whole trace replayed on its workload (None if it fails)."""
+    from ..schedule import Schedule, Trace
+    from .features import extract_features
+
+    try:
+        sch = Schedule(func, check=False, error_detail="none")
+        Trace.from_json(trace_json).apply(sch)
+        return extract_features(sch.func)
+    except Exception:  # a record this version cannot replay teaches nothing
+        return None
+
+
+def transfer_data(
+    databases: Sequence[Any], hardware_key: str, exclude_workload: str, max_records: int = 256
+) -> list[tuple[str, list[np.ndarray], list[float]]]:
+    """Training data for :meth:`CostModel.pretrain`: records of every workload but
+    ``exclude_workload`` measured on ``hardware_key`` in ``databases`` (:class:`~.database.Database`
+    objects), at most ``max_records`` in all, shared evenly among the workloads that have a
+    successful record, spread over each one's latencies; one ``(task, features, latencies)`` per
+    workload, the task named ``transfer:<workload key>``."""
+    by_workload: dict[str, tuple[Any, list[Any]]] = {}
+    for db in databases:
+        for wkey, records in db.hardware_records(hardware_key).items():
+            if wkey == exclude_workload or not any(r.ok for r in records):
+                continue
+            _, have = by_workload.setdefault(wkey, (db, []))
+            seen = {r.candidate_key for r in have}
+            have.extend(r for r in records if r.candidate_key not in seen)
+    out = []
+    share = max_records // max(len(by_workload), 1)
+    for wkey, (db, records) in sorted(by_workload.items()):
+        func = db.workload(wkey)
+        feats, lats = [], []
+        for r in _spread_pick(records, share):
+            f = _record_features(func, r.trace)
+            if f is not None:
+                feats.append(f)
+                lats.append(r.latency)
+        if feats:
+            out.append((f"transfer:{wkey}", feats, lats))
+    return out

@@ -280,6 +280,19 @@ class Database:
                 raise DatabaseError(f"{self._record_file.path}: line {number} is not a valid record ({e})") from None
             self._add(record)
 
+    @classmethod
+    def open_existing(cls, path: str | os.PathLike) -> Database:
+        """The database at ``path``: a work directory, its ``database`` directory or one of the
+        two ``.jsonl`` files in it; DatabaseError when there is none (nothing is created)."""
+        p = Path(path)
+        if p.is_file():
+            p = p.parent
+        if p.name == "database" and (p / "tuning_records.jsonl").exists():
+            p = p.parent
+        if not (p / "database" / "tuning_records.jsonl").exists():
+            raise DatabaseError(f"{os.fspath(path)}: no tuning database there (no database/tuning_records.jsonl)")
+        return cls(p)
+
     # workloads -------------------------------------------------------------------------
     def commit_workload(self, func: PrimFunc, name: str = "") -> str:
         """Store ``func`` (as script text) unless already stored; returns its :func:`workload_key`.
@@ -343,6 +356,11 @@ class Database:
     def records(self, workload_key: str, hardware_key: str) -> list[TuningRecord]:
         """Every record of the workload on that hardware (and no other), in commit order."""
         return list(self._records.get((workload_key, hardware_key), ()))
+
+    def hardware_records(self, hardware_key: str) -> dict[str, list[TuningRecord]]:
+        """Every record measured on that hardware, by workload key (each list in commit order);
+        what a run on another workload of the same hardware pre-trains its cost model on."""
+        return {w: list(recs) for (w, h), recs in self._records.items() if h == hardware_key}
 
     def best(self, workload_key: str, hardware_key: str, k: int = 1) -> list[TuningRecord]:
         """The ``k`` fastest ok records by median latency (ties: the earlier commit first)."""

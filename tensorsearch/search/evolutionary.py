@@ -13,6 +13,12 @@ Each round proposes ``num_trials_per_iter`` candidates to measure:
 3. the batch: the best-scored unmeasured candidates, with an ``eps_greedy`` share of the batch
    taken at random from the fresh samples instead (exploration).
 
+The first round of a task (nothing measured yet) also makes ``init_heuristic`` candidates (at most
+a quarter of the batch, none in a batch under 16) whose tile, parallel and unroll decisions come
+from :mod:`.heuristics` (register tiles, cache-fit tiles, parallel extent from the hardware YAML),
+spread over the design spaces; they join the population and head the batch, so they are measured
+first whatever the cost model thinks.
+
 Candidates are made and featurized by an :class:`~.parallel.Evaluator` (in this process, or
 sharded over Ray workers); everything random is drawn from one ``random.Random(seed)``, so a run
 with the same seed, measurements and cost model proposes the same candidates.
@@ -46,6 +52,9 @@ class SearchConfig:
     eps_greedy: float = 0.05
     num_trials_per_iter: int = 64
     max_sample_tries: int = 5  # fresh samples tried per population slot before giving up
+    # not in TVM: analytic candidates (heuristics.py) measured first in a task's first round (at
+    # most a quarter of its batch; none in a batch under 16)
+    init_heuristic: int = 16
     mutator_probs: tuple[tuple[str, float], ...] = field(
         default_factory=lambda: tuple((m.name, p) for m, p in default_mutators().items())
     )
@@ -99,6 +108,7 @@ class RoundStats:
     score_seconds: float = 0.0
     measured: int = 0
     measure_seconds: float = 0.0
+    heuristic: int = 0  # analytic candidates in the batch (first round only)
 
 
 class EvolutionarySearch:
@@ -132,6 +142,26 @@ class EvolutionarySearch:
                     out.append(cand)
         return out
 
+    def _analytic(self, n: int, exclude: set[str]) -> list[Candidate]:
+        """Up to ``n`` distinct valid candidates with analytic decisions, round-robin over the
+        design spaces (each space's best variant first)."""
+        from .heuristics import heuristic_traces
+
+        if n <= 0:
+            return []
+        spaces = len(self.space.traces)
+        per_space = -(-n // spaces)
+        seed = self.rng.randrange(1 << 31)
+        made = [heuristic_traces(t, self.space.func, self.space.hardware, per_space, seed) for t in self.space.traces]
+        jobs = [("replay", made[s][v], s) for v in range(per_space) for s in range(spaces) if v < len(made[s])]
+        out: list[Candidate] = []
+        seen = set(exclude)
+        for cand in self.evaluator.evaluate(jobs):
+            if cand is not None and cand.key not in seen and len(out) < n:
+                seen.add(cand.key)
+                out.append(cand)
+        return out
+
     def _score(self, cands: list[Candidate], stats: RoundStats) -> np.ndarray:
         import time
 
@@ -163,6 +193,11 @@ class EvolutionarySearch:
         t0 = time.perf_counter()
         n_measured = min(len(measured), int(cfg.population_size * cfg.init_measured_ratio))
         population = list(measured[:n_measured])
+        # a quarter of the batch at most, none in a batch under 16: the rest still explores
+        n_analytic = min(cfg.init_heuristic, cfg.num_trials_per_iter // 4) if cfg.num_trials_per_iter >= 16 else 0
+        analytic = self._analytic(n_analytic, measured_keys) if not measured_keys else []
+        stats.heuristic = len(analytic)
+        population += analytic
         fresh = self._fresh(max(cfg.population_size - n_measured, cfg.init_min_unmeasured), measured_keys, stats)
         population += fresh[: max(cfg.population_size - n_measured, 0) or len(fresh)]
         pool: dict[str, tuple[float, Candidate]] = {}  # unmeasured candidates seen, with their score
@@ -181,11 +216,13 @@ class EvolutionarySearch:
         ranked = sorted(pool.values(), key=lambda sc: -sc[0])
         n = cfg.num_trials_per_iter
         n_random = min(round(n * cfg.eps_greedy), len(fresh))
-        batch: list[Candidate] = []
-        keys: set[str] = set()
+        batch: list[Candidate] = analytic[:n]
+        keys: set[str] = {c.key for c in batch}
         for _, c in ranked:
             if len(batch) >= n - n_random:
                 break
+            if c.key in keys:
+                continue
             batch.append(c)
             keys.add(c.key)
         explore = [c for c in fresh if c.key not in keys and c.key not in measured_keys]

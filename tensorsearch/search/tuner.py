@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -69,6 +69,7 @@ class TuneResult:
     work_dir: Path
     name: str
     search_stats: list[RoundStats] = field(default_factory=list)
+    transferred: int = 0  # records of other workloads the cost model was pre-trained on
 
     @property
     def failed(self) -> int:
@@ -153,6 +154,8 @@ def tune(
     workers: int | None = None,
     timeout_s: float = 10.0,
     repeat: int = 3,
+    transfer: bool = True,
+    transfer_from: Sequence[str | os.PathLike] = (),
 ) -> TuneResult:
     """Tune ``func_or_workload`` for ``hardware`` with ``trials`` measurements in total.
 
@@ -160,7 +163,10 @@ def tune(
     ``work_dir``: where the database (and, from the CLI, the curve) lives; reused to resume.
     ``address``: a Ray cluster to join (default: an embedded local one). ``workers``: Ray actors
     for the search's own work (None: one per CPU; 0: in this process). ``timeout_s``: a
-    candidate running longer is recorded as failed. Returns the best program found.
+    candidate running longer is recorded as failed. ``transfer``: pre-train the cost model on the
+    records of other workloads measured on the same hardware, in the work dir's database and in
+    the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
+    files). Returns the best program found.
     """
     from .. import hardware as hwmod
     from .cost_model import CostModel
@@ -183,11 +189,12 @@ def tune(
     def throughput(latency: float) -> float:
         return ops / latency / 1e9 if latency > 0 and math.isfinite(latency) else 0.0
 
+    cost_model = CostModel(seed=seed)
+    transferred = _pretrain(cost_model, db, transfer_from, hkey, wkey) if transfer else 0
     space = DesignSpace(func, hw)
     init_ray(address)
     evaluator = LocalEvaluator(space) if workers == 0 else RayEvaluator(space, workers)
     measurer = Measurer(func, hw, workload=workload, address=address, timeout_s=timeout_s, repeat=repeat, seed=seed)
-    cost_model = CostModel(seed=seed)
     search = EvolutionarySearch(space, cost_model, config, seed, evaluator)
     try:
         records = db.records(wkey, hkey)
@@ -314,10 +321,28 @@ def tune(
             work_dir=Path(work_dir),
             name=name,
             search_stats=stats_all,
+            transferred=transferred,
         )
     finally:
         measurer.close()
         evaluator.close()
+
+
+def _pretrain(cost_model: Any, db: Any, sources: Sequence[str | os.PathLike], hkey: str, wkey: str) -> int:
+    """Pre-train ``cost_model`` on other workloads' records of hardware ``hkey`` in ``db`` and in
+    the databases at ``sources``; returns how many records it learned from."""
+    from .cost_model import transfer_data
+    from .database import Database, DatabaseError
+
+    if isinstance(sources, str | os.PathLike):
+        sources = [sources]
+    dbs = [db]
+    for path in sources:
+        try:
+            dbs.append(Database.open_existing(path))
+        except DatabaseError as err:
+            raise TuneError(f"tune: transfer_from: {err}") from None
+    return cost_model.pretrain(transfer_data(dbs, hkey, wkey))
 
 
 def _build(func: PrimFunc, hw: Any, trace: Trace) -> Any:
