@@ -278,3 +278,11 @@ def test_cli_tune_end_to_end(tmp_path, capsys):
     sch = Schedule(wl.func)
     trace.apply(sch)
     _check(wl, ts.build(sch.func, HOST))
+
+
+def test_tuning_for_hardware_this_cpu_cannot_run_says_so_before_starting(tmp_path):
+    """Candidates for another architecture (or for AVX-512 on an AVX2 CPU) would all fail; tune
+    refuses at once, naming the hardware and what to do, and writes nothing."""
+    with pytest.raises(TuneError, match="this CPU cannot run code built for hardware arm-graviton2"):
+        ts.tune(workloads.get("GMM", 0, "float32"), "arm-graviton2", trials=1, work_dir=tmp_path / "w")
+    assert not (tmp_path / "w").exists()

@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, RuntimeError) as err:
         print(f"tensorsearch {args.command}: error: {err}", file=sys.stderr)
         return 2
 

@@ -80,6 +80,21 @@ class TuneError(RuntimeError):
     """Tuning could not run (bad arguments, an empty design space, no valid candidate)."""
 
 
+def _check_runs_here(hw: Any, address: str | None) -> None:
+    """TuneError, before anything starts, when the candidates are to be measured on this machine
+    (no cluster address) and this CPU cannot run code built for ``hw``."""
+    from ..codegen.llvm import resolve_target
+
+    target = resolve_target(hw)
+    if address is None and not target.runs_here:
+        missing = target.missing_here()
+        lacks = f"it lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}" if missing else "another architecture"
+        raise TuneError(
+            f"tune: this CPU cannot run code built for hardware {hw.name} ({lacks}); tune for --hardware host, "
+            "or measure on machines that can (--address of their Ray cluster)"
+        )
+
+
 def _resolve(func_or_workload: Any) -> tuple[PrimFunc, Any, str]:
     from ..workloads import Workload
 
@@ -179,6 +194,7 @@ def tune(
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
     hw = hwmod.load(hardware)
+    _check_runs_here(hw, address)
     config = config or SearchConfig()
     db = Database(work_dir)
     wkey = db.commit_workload(func, name)
