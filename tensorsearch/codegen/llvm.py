@@ -1149,17 +1149,12 @@ def generate(func: PrimFunc, target: Any = None, name: str | None = None) -> str
 @cache
 def _intrinsic_features() -> dict[str, tuple[str, ...]]:
     """LLVM intrinsic name -> the CPU features its YAML intrinsic set requires (every set found)."""
-    from ..intrin.schema import IntrinsicError, LLVMImpl, available, load_intrinsic
+    from ..intrin.schema import LLVMImpl, shipped_intrinsics
 
     needs: dict[str, tuple[str, ...]] = {}
-    for set_name in available():
-        try:
-            iset = load_intrinsic(set_name)
-        except IntrinsicError:
-            continue
-        for intr in iset.intrinsics:
-            if isinstance(intr.impl, LLVMImpl):
-                needs.setdefault(intr.impl.intrinsic, intr.requires.features)
+    for intr in shipped_intrinsics():
+        if isinstance(intr.impl, LLVMImpl):
+            needs.setdefault(intr.impl.intrinsic, intr.requires.features)
     return needs
 
 

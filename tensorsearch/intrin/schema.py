@@ -1006,6 +1006,17 @@ def _load_path(path: Path) -> IntrinsicSet:
     return _load_file(str(path), mtime)
 
 
+def shipped_intrinsics() -> list[Intrinsic]:
+    """Every intrinsic of every set on :func:`search_path` that loads (a broken file is skipped)."""
+    found: list[Intrinsic] = []
+    for set_name in available():
+        try:
+            found.extend(load_intrinsic(set_name).intrinsics)
+        except IntrinsicError:
+            continue
+    return found
+
+
 def _is_path(text: str) -> bool:
     return os.sep in text or "/" in text or text.endswith((".yaml", ".yml"))
 

@@ -52,8 +52,8 @@ from __future__ import annotations
 from typing import Any
 
 from .. import arith
-from ..intrin import Intrinsic, IntrinsicError, available, load_intrinsic
-from ..intrin.schema import CudaImpl, LLVMImpl
+from ..intrin import Intrinsic
+from ..intrin.schema import CudaImpl, LLVMImpl, shipped_intrinsics
 from ..ir import (
     Block,
     BlockRealize,
@@ -104,16 +104,11 @@ def lookup_intrinsic(name: str) -> Intrinsic:
     """The intrinsic called ``name``: a remembered one, else one of an intrinsic set on the search path."""
     if name in _REGISTERED:
         return _REGISTERED[name]
-    known: list[str] = []
-    for set_name in available():
-        try:
-            iset = load_intrinsic(set_name)
-        except IntrinsicError:
-            continue
-        for intr in iset.intrinsics:
-            if intr.name == name:
-                return intr
-            known.append(intr.name)
+    known = shipped_intrinsics()
+    for intr in known:
+        if intr.name == name:
+            return intr
+    known = [intr.name for intr in known]
     raise InvalidArgument(f"tensorize: unknown intrinsic {name!r}; the known intrinsics are: {', '.join(known)}")
 
 

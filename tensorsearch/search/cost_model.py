@@ -138,8 +138,21 @@ class CostModel:
         ``features[i]`` is ``extract_features`` of candidate ``i`` (or its ``candidate_vector``),
         ``latencies[i]`` its latency in seconds; ``math.inf`` (or NaN, or <= 0) marks a failure.
         """
+        self._record("update", task, features, latencies)
+        self._fit()
+
+    def pretrain(self, data: Sequence[tuple[str, Sequence[np.ndarray], Sequence[float]]]) -> int:
+        """Record other workloads' measurements (``(task, features, latencies)`` each, as
+        :func:`transfer_data` returns) and fit once; returns the number of candidates added."""
+        added = sum(self._record("pretrain", task, features, latencies) for task, features, latencies in data)
+        if added:
+            self._fit()
+        return added
+
+    def _record(self, caller: str, task: str, features: Sequence[np.ndarray], latencies: Sequence[float]) -> int:
+        """Append one task's candidates (a failure's latency becomes ``math.inf``); returns how many."""
         if len(features) != len(latencies):
-            raise ValueError(f"update got {len(features)} feature arrays but {len(latencies)} latencies")
+            raise ValueError(f"{caller} got {len(features)} feature arrays but {len(latencies)} latencies for {task!r}")
         if task not in self._tasks:
             self._tasks.append(task)
         t = self._tasks.index(task)
@@ -148,29 +161,7 @@ class CostModel:
             lat = float(lat)
             self._latency.append(lat if math.isfinite(lat) and lat > 0 else math.inf)
             self._task.append(t)
-        self._fit()
-
-    def pretrain(self, data: Sequence[tuple[str, Sequence[np.ndarray], Sequence[float]]]) -> int:
-        """Record other workloads' measurements (``(task, features, latencies)`` each, as
-        :func:`transfer_data` returns) and fit once; returns the number of candidates added."""
-        added = 0
-        for task, features, latencies in data:
-            if len(features) != len(latencies):
-                raise ValueError(
-                    f"pretrain got {len(features)} feature arrays but {len(latencies)} latencies for {task}"
-                )
-            if task not in self._tasks:
-                self._tasks.append(task)
-            t = self._tasks.index(task)
-            for f, lat in zip(features, latencies, strict=True):
-                self._x.append(_as_vector(f))
-                lat = float(lat)
-                self._latency.append(lat if math.isfinite(lat) and lat > 0 else math.inf)
-                self._task.append(t)
-                added += 1
-        if added:
-            self._fit()
-        return added
+        return len(features)
 
     def predict(self, features: Sequence[np.ndarray]) -> np.ndarray:
         """Scores of candidates, higher = faster: estimated normalized throughput (random before training)."""
