@@ -30,8 +30,9 @@ benchmark keeps what it finished. Each run's database, curve and best trace stay
 ``--work-dir/NAME_I_DTYPE`` (a fresh temporary directory by default; an existing work dir
 resumes from its records, so its trial count and wall time are those of the resumed run).
 
-The script re-executes itself without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE`` and with
-``OMP_WAIT_POLICY=passive`` unless set, as ``bench_manual_gemm.py`` does.
+The script re-executes itself without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE``; it leaves
+libgomp's wait policy alone (``OMP_WAIT_POLICY=passive``, which earlier versions set, doubled the
+latency of sub-millisecond kernels: every parallel region woke sleeping threads).
 """
 
 from __future__ import annotations
@@ -40,9 +41,10 @@ import os
 import sys
 
 _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if (any(k in os.environ for k in _STRIP) or "OMP_WAIT_POLICY" not in os.environ) and "numpy" not in sys.modules:
+if any(k in os.environ for k in _STRIP) and "numpy" not in sys.modules:
+    # libgomp keeps its own wait policy (spin a little, then sleep): OMP_WAIT_POLICY=passive made
+    # every parallel region wake sleeping threads, doubling the latency of sub-millisecond kernels
     env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-    env.setdefault("OMP_WAIT_POLICY", "passive")  # idle libgomp threads sleep (see bench_manual_gemm.py)
     os.execve(sys.executable, [sys.executable, *sys.argv], env)
 
 import argparse  # noqa: E402

@@ -449,7 +449,7 @@ class Measurer:
 
         token = f"tensorsearch-runner-{uuid.uuid4().hex}"
         inputs, out_positions, expected, checker, seed = self._runner_args
-        env = {"OMP_WAIT_POLICY": "passive", "OMP_NUM_THREADS": str(cpus)}
+        env = {"OMP_NUM_THREADS": str(cpus)}  # libgomp's own wait policy: passive doubled small kernels' latency
         actor = (
             _remote_runner()
             .options(
