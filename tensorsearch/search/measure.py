@@ -21,8 +21,9 @@ How a batch is measured (:meth:`Measurer.measure`):
    protocol: the driver sends one candidate at a time to each runner and waits for it, and no
    build runs while timing, so timings never overlap on a node. Runners of different nodes
    measure different candidates in parallel; the nodes are assumed to match the descriptor.
-   Runners start with ``OMP_WAIT_POLICY=passive`` and ``OMP_NUM_THREADS`` = the node's CPUs
-   (Ray would otherwise set it to 1 for an actor without CPUs, making parallel loops serial).
+   Runners start with ``OMP_NUM_THREADS`` = the node's CPUs (Ray would otherwise set it to 1 for
+   an actor without CPUs, making parallel loops serial) and libgomp's own wait policy
+   (``OMP_WAIT_POLICY=passive`` doubled the latency of sub-millisecond kernels; docs/codegen.md).
 3. **Check.** The runner writes the library to a local temporary directory, loads it and runs it
    once on fixed random inputs (``workload.make_inputs(seed)``) with outputs freshly filled with
    random garbage (so a kernel that skips part of its output is caught), and compares with
