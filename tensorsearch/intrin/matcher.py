@@ -209,7 +209,7 @@ class Mapping:
             "loop plan: "
             + (f"split {self.split[0]} into groups of {self.split[1]} (transform_block_layout); " if self.split else "")
             + ("decompose_reduction (the init stays outside); " if self.has_init else "")
-            + (f"fuse {fused} (reindex, transform_layout, transform_block_layout); " if self.fused else "")
+            + (f"fuse {fused} (transform_block_layout); " if self.fused else "")
             + (f"pad_einsum {self.padding}; " if self.needs_padding else "")
             + f"split each mapped loop by the intrinsic extent; inner loops {', '.join(inner)} innermost in "
             f"the intrinsic's order; blockize at the first of them; tensorize with {self.intrin}"
@@ -661,6 +661,15 @@ def _candidate(
             report.feasible.append(m)
 
 
+def fused_index(names: tuple[str, ...], extents: dict[str, int]) -> str:
+    """The row-major index of fused iterators, outer first, as text: ``rh * 21 + rw * 3 + rc``."""
+    terms, stride = [], 1
+    for w in reversed(names):
+        terms.append(w if stride == 1 else f"{w} * {stride}")
+        stride *= extents[w]
+    return " + ".join(reversed(terms))
+
+
 def _prod(xs: Any) -> int:
     p = 1
     for x in xs:
@@ -753,12 +762,7 @@ def _operand_plan(
         rest = [n for n in used if n not in fused_away]
 
         def expr(m: IterMapping) -> str:
-            # the (fused) workload iterators of one tile dimension, as one index, outer first
-            terms, stride = [], 1
-            for w in reversed(m.workload_iters):
-                terms.append(w if stride == 1 else f"{w} * {stride}")
-                stride *= extents[w]
-            return " + ".join(reversed(terms))
+            return fused_index(m.workload_iters, extents)
 
         def par(m: IterMapping) -> str:
             e = expr(m)

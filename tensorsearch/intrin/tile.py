@@ -14,20 +14,26 @@ order; ``blockize`` at the first inner loop. The returned block's body is the in
 the intrinsic's semantics on one tile.
 
 A *fused* mapping (several workload iterators playing one intrinsic iterator, e.g. a
-convolution's ``rh, rw, rc`` as VNNI's ``k``) first makes the block an unfused one: every operand
-the fused iterators index is staged through ``reindex`` (the im2col copy), each staged buffer's
-fused dimensions are merged by ``transform_layout``, and ``transform_block_layout`` merges the
-block's fused iterators into one. C2D with 3 input channels (``k <- rh * rw * rc``, 147 padded to
-148), before::
+convolution's ``rh, rw, rc`` as VNNI's ``k``) first merges the block's fused iterators into one
+with ``transform_block_layout``, then tiles the merged block as an unfused mapping; each operand
+the merged iterator indexes is gathered (``reindex``, the im2col copy) and padded, and the gather
+is inlined into the padding copy, so it is copied once. C2D with 3 input channels
+(``k <- rh * rw * rc``, 147 padded to 148), before::
 
     conv2d_nhwc[nn, hh, ww, cc] += PadInput[nn, hh * 2 + rh, ww * 2 + rw, rc] * weight[rh, rw, rc, cc]
 
-after the fusion (then tiled as any unfused mapping, ``v4`` padded to 148)::
+after ``transform_block_layout`` (``v0 .. v3`` spatial (1, 112, 112, 64), ``v4`` reduce (147))::
 
-    PadInput_reindex[v0, v1, v2, v3 * 21 + v4 * 3 + v5] = PadInput[v0, v1 * 2 + v3, v2 * 2 + v4, v5]
-    weight_reindex[v0, v1 * 21 + v2 * 3 + v3] = weight[v1, v2, v3, v0]
-    with T.block("conv2d_nhwc"):   # v0, v1, v2, v3 spatial (1, 112, 112, 64), v4 reduce (147)
-        conv2d_nhwc[0, v1, v2, v3] += PadInput_reindex[0, v1, v2, v4] * weight_reindex[v3, v4]
+    conv2d_nhwc[0, v1, v2, v3] += PadInput[0, v1 * 2 + v4 // 21, v2 * 2 + v4 // 3 % 7, v4 % 3] * weight[v4 // 21, v4 // 3 % 7, v4 % 3, v3]
+
+and after the tiling's staging, one copy per operand in the intrinsic's layout (here for a 3x3
+kernel over 3 channels, 27 padded to 28; tests/test_intrin_match.py has the whole program)::
+
+    PadInput_reindex_pad[v0 // 4, v0 % 4] = T.Select(v0 < 27, PadInput[0, v0 // 9, v0 // 3 % 3, v0 % 3], T.uint8(0))
+    weight_reindex_pad[0, v1 // 4, v0, v1 % 4] = T.Select(v1 < 27, weight[v1 // 9, v1 // 3 % 3, v1 % 3, v0], T.int8(0))
+
+Grouped convolution (``cc // 32`` selects the input channels) is split first, ``cc`` into
+``(cc // 32, cc % 32)``, by the same primitive (the matcher's per-group mappings).
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir import Var
-from .matcher import Mapping, group_split_map, match
+from .matcher import Mapping, fused_index, group_split_map, match
 from .schema import Intrinsic
 
 if TYPE_CHECKING:  # the schedule package is imported lazily (it may import this package)
@@ -126,15 +132,6 @@ def _split_groups(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Map
     )
 
 
-def _fused_index(names: tuple[str, ...], extents: dict[str, int]) -> str:
-    """The row-major index of fused iterators, outer first: ``rh * 21 + rw * 3 + rc``."""
-    terms, stride = [], 1
-    for w in reversed(names):
-        terms.append(w if stride == 1 else f"{w} * {stride}")
-        stride *= extents[w]
-    return " + ".join(reversed(terms))
-
-
 def _merge_map(dims: tuple[str, ...], groups: list[tuple[str, ...]], extents: dict[str, int]) -> str:
     """The index map (lambda text) over ``dims`` that merges each group of fused dims into one,
     at the place of the group's first dim; other dims stay."""
@@ -142,7 +139,7 @@ def _merge_map(dims: tuple[str, ...], groups: list[tuple[str, ...]], extents: di
     for d in dims:
         group = _group(d, groups)
         if d == next(x for x in dims if x in group):
-            out.append(_fused_index(tuple(x for x in dims if x in group), extents))
+            out.append(fused_index(tuple(x for x in dims if x in group), extents))
     return f"lambda {', '.join(dims)}: ({', '.join(out)}{',' if len(out) == 1 else ''})"
 
 
