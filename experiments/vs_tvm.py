@@ -52,12 +52,9 @@ from __future__ import annotations
 import os
 import sys
 
-_STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-if any(k in os.environ for k in _STRIP) and "numpy" not in sys.modules:
-    # libgomp keeps its own wait policy (spin a little, then sleep): OMP_WAIT_POLICY=passive made
-    # every parallel region wake sleeping threads, doubling the latency of sub-millisecond kernels
-    env = {k: v for k, v in os.environ.items() if k not in _STRIP}
-    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+from bench_env import reexec_without_openblas_overrides
+
+reexec_without_openblas_overrides()
 
 import argparse  # noqa: E402
 import csv  # noqa: E402
