@@ -48,8 +48,8 @@ import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 import tensorsearch as ts  # noqa: E402
-from tensorsearch.codegen.llvm import resolve_target  # noqa: E402
 from tensorsearch.schedule import Schedule  # noqa: E402
+from tensorsearch.target import resolve  # noqa: E402
 
 N = 1024
 FLOPS = 2 * N**3
@@ -138,7 +138,7 @@ def main() -> None:
     all_threads = os.cpu_count() or 1
 
     wl = ts.workloads.get("GMM", 3, "float32")
-    host = resolve_target(None)
+    host = resolve(None)
     fma = host.with_fp_contract(True)
     sch = schedule_gemm(wl.func)
     mod = ts.build(sch.func, fma)

@@ -18,12 +18,12 @@ def assert_program(func: PrimFunc, expected_text: str) -> None:
 def check_trace_round_trip(sch: Schedule, original: PrimFunc) -> None:
     """Replaying the trace from its JSON and from its Python form reproduces sch.func exactly."""
     text = sch.trace.as_json_text()
-    replayed = Schedule(original)
+    replayed = Schedule(original, hardware=sch.hardware)
     Trace.from_json(text).apply(replayed)
     assert_structural_equal(replayed.func, sch.func)
     assert structural_hash(replayed.func) == structural_hash(sch.func)
     assert replayed.trace.as_json_text() == text
-    by_python = Schedule(original)
+    by_python = Schedule(original, hardware=sch.hardware)
     exec(sch.trace.as_python(), {"sch": by_python})
     assert_structural_equal(by_python.func, sch.func)
 

@@ -19,6 +19,8 @@ from tensorsearch.ir import assert_structural_equal
 from tensorsearch.schedule import InvalidArgument, Schedule, TensorizeError
 from tensorsearch.script import parse
 
+SM86 = ts.hardware.load("nvidia-sm86")
+
 
 def _nvcc() -> str | None:
     found = shutil.which("nvcc")
@@ -63,7 +65,7 @@ def _wmma_tile(sch: Schedule):
 def _wmma_gemm(unit: str = "wmma_16x16x16_f16f32", shared: bool = False, annotate: bool = False) -> Schedule:
     """f16 x f16 -> f32 GEMM 64^3 whose warp tiles are computed by the YAML unit: tensorized (checked
     at schedule time), or, with ``annotate``, only annotated (checked when lowering)."""
-    sch = Schedule(_gemm_func())
+    sch = Schedule(_gemm_func(), hardware=SM86)
     tile, jo = _wmma_tile(sch)
     if annotate:
         sch.annotate(tile, cuda.UNIT_ATTR, unit)
@@ -112,7 +114,7 @@ def test_annotated_unit_matches_tensorized_unit():
     assert_structural_equal(annotated.func, tensorized.func)
     assert cuda.generate(annotated.func, "nvidia-sm86") == cuda.generate(tensorized.func, "nvidia-sm86")
     # naming the unit's compute intrinsic selects the unit
-    by_compute = Schedule(_gemm_func())
+    by_compute = Schedule(_gemm_func(), hardware=SM86)
     by_compute.tensorize(_wmma_tile(by_compute)[0], "wmma_mma_16x16x16_f16f32")
     assert_structural_equal(by_compute.func, tensorized.func)
 
@@ -125,7 +127,7 @@ def test_tensorize_unit_trace_round_trip():
 
 def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
     # the f16-accumulating unit does not compute the float32 accumulation of this GEMM
-    sch = Schedule(_gemm_func())
+    sch = Schedule(_gemm_func(), hardware=SM86)
     tile, _jo = _wmma_tile(sch)
     before, trace = sch.func, sch.trace.as_json_text()
     with pytest.raises(
@@ -135,14 +137,14 @@ def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
     ):
         sch.tensorize(tile, "wmma_16x16x16_f16f16")
     assert sch.func is before and sch.trace.as_json_text() == trace
-    with pytest.raises(InvalidArgument, match="unknown intrinsic 'no_such_unit'.*CUDA unit"):
+    with pytest.raises(InvalidArgument, match="hardware nvidia-sm86 offers no intrinsic or unit 'no_such_unit'"):
         sch.tensorize(tile, "no_such_unit")
     # a CUDA intrinsic that is no unit's compute cannot be tensorized
     with pytest.raises(TensorizeError, match="not the compute intrinsic of a unit"):
         sch.tensorize(tile, "wmma_fill_16x16x16_f32")
     assert sch.func is before and sch.trace.as_json_text() == trace
     # a loop is blockized first; on failure that blockize is undone too
-    sch = Schedule(_gemm_func())
+    sch = Schedule(_gemm_func(), hardware=SM86)
     _bb, i, _j, _k = sch.get_loops(sch.get_block("Z"))
     before, trace = sch.func, sch.trace.as_json_text()
     with pytest.raises(TensorizeError, match="CUDA unit wmma_16x16x16_f16f32: iterator i .*covers 64 elements"):
@@ -153,9 +155,9 @@ def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
 def test_unit_semantics_mismatch_is_an_error():
     # the annotation path is checked when lowering, by the same check_unit
     with pytest.raises(cuda.CudaCodegenError, match=r"block Z_o \(unit wmma_16x16x16_f16f16\).*semantics"):
-        cuda.generate(_wmma_gemm("wmma_16x16x16_f16f16", annotate=True).func)
-    with pytest.raises(cuda.CudaCodegenError, match="no intrinsic set .* unit 'no_such_unit'"):
-        cuda.generate(_wmma_gemm("no_such_unit", annotate=True).func)
+        cuda.generate(_wmma_gemm("wmma_16x16x16_f16f16", annotate=True).func, SM86)
+    with pytest.raises(cuda.CudaCodegenError, match="hardware nvidia-sm86 offers no unit 'no_such_unit'"):
+        cuda.generate(_wmma_gemm("no_such_unit", annotate=True).func, SM86)
 
 
 ELEMENTWISE = """
@@ -184,11 +186,11 @@ def _elementwise(shared: bool) -> Schedule:
 
 
 def test_elementwise_source():
-    src = cuda.generate(_elementwise(False).func)
+    src = cuda.generate(_elementwise(False).func, SM86)
     assert 'extern "C" __global__ void add(half* __restrict__ A, half* __restrict__ B, float* __restrict__ C)' in src
     assert "// launch: blockIdx.x=8, threadIdx.x=128" in src
     assert "int i_1 = threadIdx.x;" in src and "__float2half(2.0f)" in src
-    src = cuda.generate(_elementwise(True).func)
+    src = cuda.generate(_elementwise(True).func, SM86)
     assert "__shared__ half A_shared[" in src
     assert (
         src.index("A_shared[((i_0 * 128) + ax0)] = ")
@@ -200,7 +202,7 @@ def test_elementwise_source():
 @needs_nvcc
 @pytest.mark.parametrize("shared", [False, True])
 def test_elementwise_compiles(tmp_path, shared):
-    ptx = _ptx(tmp_path, cuda.generate(_elementwise(shared).func))
+    ptx = _ptx(tmp_path, cuda.generate(_elementwise(shared).func, SM86))
     assert ".entry add" in ptx
     if shared:
         assert "bar.sync" in ptx and ".shared" in ptx

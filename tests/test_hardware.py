@@ -9,8 +9,8 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import pytest
 
-from tensorsearch import hardware
 from tensorsearch.hardware import Caches, Hardware, HardwareError, HardwareWarning
+from tensorsearch.target import hardware
 
 ZNVER4_FEATURES = frozenset(f[1:] for f in hardware.load("x86-znver4").features) | {"64bit", "sse", "sse2", "cx16"}
 
@@ -71,7 +71,7 @@ def test_descriptor_is_frozen_hashable_and_loaded_once(tmp_path):
 def test_search_path_environment_variable(tmp_path, monkeypatch):
     (tmp_path / "test-cpu.yaml").write_text(GOOD)
     monkeypatch.setenv("TENSORSEARCH_HARDWARE_PATH", str(tmp_path))
-    assert hardware.search_path()[0] == tmp_path
+    assert hardware.search_path("hardware")[0] == tmp_path
     assert hardware.load("test-cpu").cores == 4
     assert "test-cpu" in hardware.available()
 

@@ -12,9 +12,10 @@ import pytest
 from schedule_util import check_same_results, check_trace_round_trip
 
 from tensorsearch import hardware, te, workloads
+from tensorsearch.arith import verify
 from tensorsearch.cli.main import main
 from tensorsearch.intrin import MatchReport, match, tile_with_intrin
-from tensorsearch.ir import BlockRealize, For, structural_equal, verify
+from tensorsearch.ir import BlockRealize, For, structural_equal
 from tensorsearch.schedule import InvalidArgument, Schedule, ScheduleError
 from tensorsearch.script import parse
 

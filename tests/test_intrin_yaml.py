@@ -22,10 +22,11 @@ import pytest
 from llvmlite import ir as llir
 
 from tensorsearch import hardware
+from tensorsearch.arith import verify
 from tensorsearch.hardware import HardwareError
 from tensorsearch.interpreter import interpret
 from tensorsearch.intrin import CudaImpl, Intrinsic, IntrinsicError, IntrinsicSet, LLVMImpl, load_intrinsic
-from tensorsearch.ir import IterType, verify
+from tensorsearch.ir import IterType
 
 SHIPPED_HARDWARE = ("x86-znver4", "x86-emeraldrapids", "x86-cascadelake", "arm-graviton2", "nvidia-sm86", "nvidia-sm90")
 SHIPPED_SETS = ("x86-avx512-vnni", "arm-neon-dotprod", "cuda-wmma-f16", "cuda-wmma-s8")
@@ -106,10 +107,10 @@ def test_intrinsic_objects_api():
     assert vnni.buffers["B"] in vnni.desc_func().buffers
     assert vnni.desc_block().init is None
     # targets
-    assert vnni.for_target("x86-cascadelake") and vnni.for_target(hw)
-    assert not vnni.for_target("arm-graviton2")
-    assert "architecture x86_64" in vnni.why_not("arm-graviton2")
-    assert "kind gpu" in vnni.why_not("nvidia-sm86")
+    assert vnni.for_target(hardware.load("x86-cascadelake")) and vnni.for_target(hw)
+    assert not vnni.for_target(hardware.load("arm-graviton2"))
+    assert "architecture x86_64" in vnni.why_not(hardware.load("arm-graviton2"))
+    assert "kind gpu" in vnni.why_not(hardware.load("nvidia-sm86"))
     with pytest.raises(KeyError, match="offers no intrinsic 'nope'.*vnni_dot"):
         hw.intrinsic("nope")
 
@@ -134,7 +135,7 @@ def test_wmma_units_and_templates():
     assert impl.declare("dst", "fa").endswith("nvcuda::wmma::row_major> fa;")
     with pytest.raises(KeyError, match="src.stride"):
         impl.render({"dst": "fa", "src": "p"})
-    assert mma.for_target("nvidia-sm86") and not mma.for_target("x86-znver4")
+    assert mma.for_target(hardware.load("nvidia-sm86")) and not mma.for_target(hardware.load("x86-znver4"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -372,7 +373,7 @@ def test_new_vnni_256_intrinsic_from_a_temporary_folder(tmp_path, monkeypatch):
     assert [s.name for s in hw.intrinsic_sets] == ["x86-avx512-vnni-256", "x86-avx512-vnni"]
     intr = hw.intrinsic("vnni_dot_8x4_u8i8i32")
     assert intr.impl.intrinsic == "llvm.x86.avx512.vpdpbusd.256" and intr.for_target(hw)
-    assert not intr.for_target("x86-znver4") or hardware.load("x86-znver4").has_feature("avx512vl")
+    assert not intr.for_target(hardware.load("x86-znver4")) or hardware.load("x86-znver4").has_feature("avx512vl")
     rng = np.random.default_rng(8)
     _run_dot(intr, rng)
     _check_llvm(intr, hw, r"vpdpbusd\t.*%ymm0", rng)

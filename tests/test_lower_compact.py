@@ -7,9 +7,9 @@ import numpy as np
 
 import tensorsearch as ts
 from tensorsearch import workloads
-from tensorsearch.codegen.llvm import resolve_target
 from tensorsearch.ir import Allocate, post_order_visit
 from tensorsearch.lower import lower
+from tensorsearch.target import resolve
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from bench_manual_gemm import schedule_gemm
@@ -42,7 +42,7 @@ def test_compacted_gemm_is_exact_and_fp_contract_is_opt_in():
     z = np.zeros_like(expected)
     plain(x, y, z)
     np.testing.assert_array_equal(z, ts.interpret(wl.func, x, y)[2])  # bit-exact with the interpreter
-    fused = ts.build(sch.func, resolve_target(None).with_fp_contract())
+    fused = ts.build(sch.func, resolve(None).with_fp_contract())
     assert "fmuladd" in fused.llvm_ir or "fma" in fused.assembly
     z2 = np.zeros_like(expected)
     fused(x, y, z2)

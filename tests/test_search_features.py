@@ -154,8 +154,9 @@ def test_cache_write_allocation_is_measured_as_compacted():
 
 def test_vnni_tensorized_gemm_has_the_intrinsic_features():
     wl = gmm(64, "int8")
-    vnni = next(i for i in hardware.load("x86-emeraldrapids").intrinsics if "vnni" in i.name)
-    sch = Schedule(wl.func)
+    emr = hardware.load("x86-emeraldrapids")
+    vnni = next(i for i in emr.intrinsics if "vnni" in i.name)
+    sch = Schedule(wl.func, hardware=emr)
     tile = tile_with_intrin(sch, sch.get_block(wl.output_buffers[0].name), vnni)
     sch.tensorize(tile, vnni.name)
     rows = extract_features(sch.func)

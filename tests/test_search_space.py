@@ -278,11 +278,16 @@ def test_rules_listed_in_the_yaml(tmp_path):
     tiles = [i for i in space.traces[0].insts if i.kind.name == "sample_perfect_tile"]
     assert all(dict(i.args)["max_innermost_factor"] == 8 for i in tiles)
     bad = tmp_path / "bad.yaml"
+    # the search checks rule names and parameters when it makes a design space, naming file and key
     bad.write_text(text + "search:\n  rules:\n    - MultiLevelTiling: {structure: SSXS}\n")
-    with pytest.raises(hardware.HardwareError, match=r"bad.yaml: search.rules\[0\].MultiLevelTiling: .*structure"):
-        hardware.load(bad)
+    with pytest.raises(SearchSpaceError, match=r"bad.yaml: search.rules\[0\].MultiLevelTiling: .*structure"):
+        DesignSpace(wl.func, hardware.load(bad))
     bad.write_text(text + "search:\n  rules:\n    - Tiling\n")
-    with pytest.raises(hardware.HardwareError, match=r"search.rules\[0\]: unknown schedule rule 'Tiling'"):
+    with pytest.raises(SearchSpaceError, match=r"bad.yaml: search.rules\[0\]: unknown schedule rule 'Tiling'"):
+        rules_for(hardware.load(bad))
+    # the target layer checks the section's shape
+    bad.write_text(text + "search:\n  rules:\n    - [MultiLevelTiling]\n")
+    with pytest.raises(hardware.HardwareError, match=r"bad.yaml: search.rules\[0\]: expected a rule name"):
         hardware.load(bad)
 
 

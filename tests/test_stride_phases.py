@@ -20,9 +20,10 @@ from schedule_util import assert_program
 import tensorsearch as ts
 from tensorsearch import hardware, te
 from tensorsearch import workloads as W
+from tensorsearch.arith import verify
 from tensorsearch.interpreter import interpret
 from tensorsearch.intrin import match, tile_with_intrin
-from tensorsearch.ir import Block, Select, post_order_visit, structural_equal, verify
+from tensorsearch.ir import Block, Select, post_order_visit, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
 from tensorsearch.transform import StridePhaseError, split_stride_phases
@@ -360,9 +361,10 @@ def test_phase_buffers_tensorize_with_vnni():
     interpreter (numpy models of the VNNI instructions, tests/intrin_oracle.py) and its code has
     vpdpbusd (and is run where this CPU has VNNI)."""
     intrin_oracle.register()
-    vnni = hardware.load("x86-znver4").intrinsic(VNNI)
+    znver4 = hardware.load("x86-znver4")
+    vnni = znver4.intrinsic(VNNI)
     wl = W.make("T2D", (1, 3, 3, 8, 16, 4, 2, 1), "int8")
-    sch = Schedule(split_stride_phases(wl.func, phase_buffers=True))
+    sch = Schedule(split_stride_phases(wl.func, phase_buffers=True), hardware=znver4)
     for p in PHASES_2X2:
         sch.tensorize(tile_with_intrin(sch, sch.get_block(f"conv2d_transpose_nhwc_phase_{p}"), vnni), VNNI)
     verify(sch.func)

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 
 from tensorsearch import interpret, te
-from tensorsearch.ir import IterType, verify
+from tensorsearch.arith import verify
+from tensorsearch.ir import IterType
 from tensorsearch.te import TEError
 
 

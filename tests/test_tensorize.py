@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from pathlib import Path
@@ -73,9 +74,13 @@ def main(A: T.Buffer(({M}, {K}), "float32"), B: T.Buffer(({N // 16}, {K // 4}, 1
 """
 
 
-def tile(func, n_tile: int, k_tile: int, decompose: bool = True, blockize: bool = True):
+X86 = hardware.load("x86-emeraldrapids")  # offers VNNI
+ARM = hardware.load("arm-graviton2")  # offers SDOT
+
+
+def tile(func, n_tile: int, k_tile: int, decompose: bool = True, blockize: bool = True, hw=X86):
     """split j and k by the intrinsic's tile, reorder the tile innermost, (decompose,) blockize."""
-    sch = Schedule(func)
+    sch = Schedule(func, hardware=hw)
     b = sch.get_block("C")
     i, j, k = sch.get_loops(b)
     jo, ji = sch.split(j, [None, n_tile])
@@ -117,14 +122,17 @@ def test_building_vnni_for_a_cpu_without_it_says_so():
     """LLVM aborts the process on an intrinsic the CPU lacks; the build refuses first."""
     import dataclasses
 
-    from tensorsearch.codegen.llvm import CodegenError, resolve_target
+    from tensorsearch.codegen.llvm import CodegenError
 
     func = parse(packed_gemm("uint8", "int8", 16, 4))
     sch, ob = tile(func, 16, 4)
     sch.tensorize(ob, VNNI)
-    zen3 = resolve_target("x86-znver4")
-    zen3 = dataclasses.replace(zen3, name="no-vnni", features=zen3.features.replace("+avx512vnni", "-avx512vnni"))
-    with pytest.raises(CodegenError, match=r"calls llvm.x86.avx512.vpdpbusd.512, which needs CPU feature\(s\) \+avx512vnni"):
+    zen4 = tensorsearch.target.load("x86-znver4")
+    features = tuple(f.replace("+avx512vnni", "-avx512vnni") for f in zen4.features)
+    zen3 = dataclasses.replace(zen4, name="no-vnni", features=features, intrinsic_sets=())
+    with pytest.raises(
+        CodegenError, match=r"calls llvm.x86.avx512.vpdpbusd.512, which needs CPU feature\(s\) \+avx512vnni"
+    ):
         tensorsearch.build(sch.func, zen3, jit=False)
 
 
@@ -168,8 +176,8 @@ def test_trace_round_trip_and_the_recorded_name():
     func = parse(packed_gemm("uint8", "int8", 16, 4))
     sch, ob = tile(func, 16, 4)
     intr = hardware.load("x86-emeraldrapids").intrinsic(VNNI)
-    sch.tensorize(ob, intr)  # an Intrinsic object is recorded by its name
-    assert f"intrin='{VNNI}'" in sch.trace.as_python()
+    sch.tensorize(ob, intr)  # an Intrinsic object is recorded by its name, set and digest
+    assert f"intrin={{'digest': '{intr.digest}', 'name': '{VNNI}', 'set': 'x86-avx512-vnni'}}" in sch.trace.as_python()
     assert VNNI in sch.trace.as_json_text()
     check_trace_round_trip(sch, func)
 
@@ -213,7 +221,7 @@ def test_float_block_is_refused_with_the_dtype():
 
 def test_wrong_tile_extents_are_refused():
     # a tile of 8 x 4: the intrinsic's i runs 16
-    sch2 = Schedule(parse(packed_gemm("uint8", "int8", 8, 4)))
+    sch2 = Schedule(parse(packed_gemm("uint8", "int8", 8, 4)), hardware=X86)
     b = sch2.get_block("C")
     i, j, k = sch2.get_loops(b)
     jo, ji = sch2.split(j, [None, 8])
@@ -245,13 +253,15 @@ def test_wrong_signedness_is_refused():
 def test_unknown_intrinsic_is_refused():
     sch, ob = tile(parse(packed_gemm("uint8", "int8", 16, 4)), 16, 4)
     before = sch.func
-    with pytest.raises(InvalidArgument, match="unknown intrinsic 'nope'"):
+    with pytest.raises(
+        InvalidArgument, match="hardware x86-emeraldrapids offers no intrinsic or unit 'nope'; it offers: vnni"
+    ):
         sch.tensorize(ob, "nope")
     assert sch.func is before
 
 
 def test_a_block_that_is_not_blockized_is_refused():
-    sch = Schedule(parse(packed_gemm("uint8", "int8", 16, 4)))
+    sch = Schedule(parse(packed_gemm("uint8", "int8", 16, 4)), hardware=X86)
     _assert_refused(sch, sch.get_block("C"), VNNI, "block C", "loops around one inner block")
 
 
@@ -261,7 +271,7 @@ def test_a_block_that_is_not_blockized_is_refused():
 
 def test_sdot_gemm_for_graviton2():
     func = parse(packed_gemm("int8", "int8", 4, 4))
-    sch, ob = tile(func, 4, 4)
+    sch, ob = tile(func, 4, 4, hw=ARM)
     sch.tensorize(ob, SDOT)
     assert not structural_equal(sch.func, func)
     mod = tensorsearch.build(sch.func, "arm-graviton2", name="gemm")
@@ -323,7 +333,13 @@ def test_an_intrinsic_from_a_new_yaml_file(tmp_path):
     func = parse(packed_gemm("uint8", "int8", 8, 4))
     sch, ob = tile(func, 8, 4)
     sch.tensorize(ob, intr)
-    check_trace_round_trip(sch, func)  # replayed by name: the object is remembered
+    # a replay by name needs a hardware that offers the intrinsic
+    with pytest.raises(InvalidArgument, match="offers no intrinsic or unit 'vnni256_dot_8x4_u8i8i32'"):
+        check_trace_round_trip(sch, func)
+    user_hw = dataclasses.replace(X86, name="test-ymm", intrinsic_sets=(load_intrinsic(path),))
+    sch, ob = tile(func, 8, 4, hw=user_hw)
+    sch.tensorize(ob, "vnni256_dot_8x4_u8i8i32")
+    check_trace_round_trip(sch, func)
     host = hardware.load("host")
     if not host.has_feature("+avx512vnni") or not host.has_feature("+avx512vl"):
         pytest.skip("this machine has no AVX-512 VNNI with 256-bit vectors")

@@ -4,6 +4,7 @@ import dataclasses
 
 import pytest
 
+from tensorsearch.arith import VerifyError, verify
 from tensorsearch.ir import (
     TRUE,
     Block,
@@ -16,10 +17,8 @@ from tensorsearch.ir import (
     IterVar,
     Range,
     Var,
-    VerifyError,
     decl_buffer,
     make_prim_func,
-    verify,
 )
 
 

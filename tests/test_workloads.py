@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from tensorsearch import workloads as W
-from tensorsearch.ir import assert_structural_equal, verify
+from tensorsearch.arith import verify
+from tensorsearch.ir import assert_structural_equal
 from tensorsearch.script import parse
 from tensorsearch.workloads import reference as R
 

@@ -22,6 +22,7 @@ from .iter_map import (
 )
 from .region import detect_access_regions, region_from_points
 from .simplify import Analyzer, can_prove, can_prove_equal, const_int_bound, simplify
+from .verify import VerifyError, verify
 
 __all__ = [
     "NEG_INF",
@@ -33,6 +34,7 @@ __all__ = [
     "IterSplit",
     "IterSum",
     "SubspaceDivision",
+    "VerifyError",
     "affine_binding_error",
     "can_prove",
     "can_prove_equal",
@@ -46,4 +48,5 @@ __all__ = [
     "simplify",
     "subspace_divide",
     "union",
+    "verify",
 ]

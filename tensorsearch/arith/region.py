@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from ..ir.expr import BufferLoad, IntImm, PrimExpr, Range, Var
@@ -30,7 +31,7 @@ from ..ir.stmt import (
     Stmt,
 )
 from .int_set import NEG_INF, POS_INF, IntervalSet, _hull, _SetEval
-from .simplify import _Simplifier
+from .simplify import _Simplifier, simplify
 
 
 def _to_region(buffer: Buffer, sets: list[IntervalSet], s: _Simplifier) -> BufferRegion:
@@ -170,3 +171,64 @@ def detect_access_regions(stmt: Stmt, relax: dict | None = None) -> tuple[list[B
         return [_to_region(b, sets, s) for b, sets in table.items() if b not in c.local and b not in c.matched]
 
     return regions(c.reads), regions(c.writes)
+
+
+def region_strides(buf: Buffer) -> list[int] | None:
+    """The element strides of ``buf`` as integers (explicit or row-major), None when symbolic."""
+    if buf.strides:
+        out = []
+        for s in buf.strides:
+            s = simplify(s)
+            if not isinstance(s, IntImm):
+                return None
+            out.append(s.value)
+        return out
+    dims = []
+    for s in buf.shape:
+        s = simplify(s)
+        if not isinstance(s, IntImm):
+            return None
+        dims.append(s.value)
+    out = [1] * len(dims)
+    for k in range(len(dims) - 2, -1, -1):
+        out[k] = out[k + 1] * dims[k + 1]
+    return out
+
+
+def region_extents(region: BufferRegion) -> list[int] | None:
+    """The region's extents as integers, None when one is symbolic."""
+    out = []
+    for r in region.region:
+        e = simplify(r.extent)
+        if not isinstance(e, IntImm):
+            return None
+        out.append(e.value)
+    return out
+
+
+def contiguity_error(region: BufferRegion) -> str | None:
+    """None when the region's elements, in row-major order, are consecutive in memory; else why not."""
+    buf = region.buffer
+    extents = region_extents(region)
+    if extents is None:
+        return f"the region of buffer {buf.name} has a non-constant extent"
+    strides = region_strides(buf)
+    if strides is None:
+        return f"buffer {buf.name} has symbolic strides, so the region cannot be proven contiguous"
+    dims = [k for k, e in enumerate(extents) if e != 1]
+    if not dims:
+        return None
+    if strides[dims[-1]] != 1:
+        return (
+            f"its innermost dimension {dims[-1]} of buffer {buf.name} has stride {strides[dims[-1]]}, "
+            "not 1 (the elements of a row are not adjacent)"
+        )
+    for a, b in itertools.pairwise(dims):
+        need = strides[b] * extents[b]
+        if strides[a] != need:
+            shape = [extents[k] for k in dims]
+            return (
+                f"its rows are strided: dimension {a} of buffer {buf.name} has stride {strides[a]} elements, "
+                f"but a contiguous {'x'.join(map(str, shape))} tile needs {need}"
+            )
+    return None

@@ -9,6 +9,8 @@ import math
 import sys
 from pathlib import Path
 
+from ..target import load
+
 
 def _cmd_workloads(args: argparse.Namespace) -> int:
     from .. import workloads
@@ -23,7 +25,7 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from .. import workloads
-    from ..ir import verify
+    from ..arith import verify
 
     wl = workloads.get(args.name, args.index, args.dtype)
     func = verify(wl.func)
@@ -38,7 +40,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
             raise ValueError(f"cannot read trace file {args.trace}: {err.strerror}") from None
         except ValueError as err:
             raise ValueError(f"trace file {args.trace}: {err}") from None
-        sch = Schedule(func)
+        sch = Schedule(func, hardware=load(args.hardware))
         try:
             trace.apply(sch)
         except ScheduleError as err:
@@ -51,12 +53,12 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 
 def _cmd_match(args: argparse.Namespace) -> int:
-    from .. import hardware, workloads
-    from ..intrin import match
+    from .. import workloads
     from ..ir import BlockRealize, post_order_visit
+    from ..target import match
 
     wl = workloads.get(args.name, args.index, args.dtype)
-    hw = hardware.load(args.hardware)
+    hw = load(args.hardware)
     intrinsics = [i for i in hw.intrinsics if i.role == "compute"]
     blocks: list[str] = []
 
@@ -130,14 +132,14 @@ def _best_trace_script(trace, wl, hw, hardware_arg: str, result) -> str:
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .. import hardware, search, workloads
+    from .. import search, workloads
     from ..search.database import Database
     from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
 
     _argument("NAME", workloads.shapes, args.name)
     _argument("--dtype", workloads.get, args.name, 0, args.dtype)
     wl = _argument("--index", workloads.get, args.name, args.index, args.dtype)
-    hw = _argument("--hardware", hardware.load, args.hardware)
+    hw = _argument("--hardware", load, args.hardware)
     work_dir = Path(args.work_dir or Path("runs") / f"{wl.name}-{wl.index}-{wl.dtype}-{hw.name}")
     for path in args.transfer:  # a bad --transfer path is an error before Ray starts
         Database.open_existing(path).close()
@@ -193,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
     p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
     p.add_argument("--trace", metavar="FILE.json", help="apply a schedule trace (JSON, as Trace.as_json writes) first")
+    p.add_argument(
+        "--hardware", default="host", help="hardware whose intrinsics the trace's tensorize steps name (default host)"
+    )
     p.set_defaults(fn=_cmd_show)
     p = sub.add_parser("match", help="explain how a workload's blocks map onto a target's tensor intrinsics")
     p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")

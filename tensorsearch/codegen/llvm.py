@@ -1,6 +1,6 @@
 """LLVM code generation for lowered PrimFuncs (the lowered form is described in docs/codegen.md).
 
-    target = resolve_target(None)            # the host; or a Hardware, a descriptor name, a Target
+    target = tensorsearch.target.resolve(None)   # the host's Hardware; or a descriptor name or path
     text = generate(lowered, target)         # LLVM IR text with one exported function
     mod = optimize(text, target)             # llvmlite ModuleRef after the O3 pipeline
     asm = emit_assembly(mod, target); obj = emit_object(mod, target)
@@ -15,9 +15,9 @@ kernel ``n`` times (used by the timer).
 
 from __future__ import annotations
 
-import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -71,6 +71,8 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from ..target import Hardware, resolve
+from ..target.intrinsics import Intrinsic, LLVMImpl, shipped_intrinsics
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # non-global constant-size buffers up to this size go on the stack
@@ -84,55 +86,6 @@ class CodegenError(ValueError):
 # targets
 
 
-@dataclass(frozen=True)
-class Target:
-    """What code generation needs to know about a machine."""
-
-    name: str
-    triple: str
-    cpu: str
-    features: str
-    cores: int = 1
-    vector_bits: int = 128
-    l3_bytes: int | None = None
-    source: Any = field(default=None, compare=False, repr=False)
-    # contract ``a * b + c`` (and ``a * b - c``, ``c - a * b``) in float32/float64 into
-    # ``llvm.fmuladd``, which LLVM turns into one FMA instruction: one rounding instead of two,
-    # so results can differ from the interpreter in the last bit (C's -ffp-contract=on)
-    fp_contract: bool = False
-
-    def with_fp_contract(self, on: bool = True) -> Target:
-        """This target with ``a * b + c`` contraction into FMA switched on (or off)."""
-        return replace(self, fp_contract=on)
-
-    @property
-    def arch(self) -> str:
-        return self.triple.split("-")[0]
-
-    @property
-    def runs_here(self) -> bool:
-        """Whether code for this target can run on this machine: the same architecture, and no
-        feature the target enables that this CPU reports it lacks (AVX-512 code on an AVX2 CPU
-        would die of an illegal instruction)."""
-        if _arch_family(self.arch) != _arch_family(llvm.get_process_triple().split("-")[0]):
-            return False
-        return not self.missing_here()
-
-    def missing_here(self) -> list[str]:
-        """The features this target enables that this CPU reports as absent (LLVM's ``-feature``)."""
-        absent = _host_absent_features()
-        return [f for f in self.features.split(",") if f.startswith("+") and f[1:] in absent]
-
-
-@cache
-def _host_absent_features() -> frozenset[str]:
-    return frozenset(f[1:] for f in llvm.get_host_cpu_features().flatten().split(",") if f.startswith("-"))
-
-
-def _arch_family(arch: str) -> str:
-    return {"amd64": "x86_64", "arm64": "aarch64"}.get(arch, arch)
-
-
 @cache
 def _init_llvm() -> None:
     llvm.initialize_native_target()
@@ -142,54 +95,7 @@ def _init_llvm() -> None:
     llvm.initialize_all_asmprinters()
 
 
-@cache
-def host_target() -> Target:
-    """The running machine, from LLVM's view of the host CPU."""
-    _init_llvm()
-    feats = llvm.get_host_cpu_features().flatten()
-    bits = 512 if "+avx512f" in feats.split(",") else 256 if "+avx2" in feats.split(",") else 128
-    return Target("host", llvm.get_process_triple(), llvm.get_host_cpu_name(), feats, os.cpu_count() or 1, bits)
-
-
-def resolve_target(target: Any = None) -> Target:
-    """A Target from None (the host), a descriptor name or path, a Hardware object, or a Target."""
-    if isinstance(target, Target):
-        return target
-    if target is None or isinstance(target, str):
-        try:
-            from .. import hardware  # lazily: written separately
-        except ImportError:
-            if target is None or target == "host":
-                return host_target()
-            raise ValueError(
-                f"cannot load the hardware descriptor {target!r}: tensorsearch.hardware is missing"
-            ) from None
-        target = hardware.load("host" if target is None else target)
-    for attr in ("triple", "cpu", "features"):
-        if not hasattr(target, attr):
-            raise TypeError(f"a target needs a {attr!r}; got {type(target).__name__} {target!r}")
-    features = target.features
-    if not isinstance(features, str):
-        features = ",".join(features)
-    l3 = getattr(target, "l3_bytes", None)
-    caches = getattr(target, "caches", None) or getattr(target, "cache_bytes", None)
-    if l3 is None and isinstance(caches, dict):
-        l3 = caches.get("l3") or caches.get("L3")
-    elif l3 is None and caches is not None:
-        l3 = getattr(caches, "l3", None)
-    return Target(
-        str(getattr(target, "name", target.triple)),
-        target.triple,
-        target.cpu,
-        features,
-        int(getattr(target, "cores", 1) or 1),
-        int(getattr(target, "vector_bits", 128) or 128),
-        int(l3) if l3 else None,
-        target,
-    )
-
-
-def target_machine(target: Target, *, jit: bool = False, pic: bool = False) -> llvm.TargetMachine:
+def target_machine(target: Hardware, *, jit: bool = False, pic: bool = False) -> llvm.TargetMachine:
     """A fresh TargetMachine (one per JIT engine)."""
     _init_llvm()
     try:
@@ -198,7 +104,7 @@ def target_machine(target: Target, *, jit: bool = False, pic: bool = False) -> l
         raise ValueError(f"LLVM does not know the target triple {target.triple!r}: {err}") from None
     return t.create_target_machine(
         cpu=target.cpu,
-        features=target.features,
+        features=target.feature_string,
         opt=3,
         reloc="pic" if pic else "default",
         codemodel="jitdefault" if jit else "default",
@@ -322,7 +228,7 @@ class _Fn:
 
 
 class _CodeGen:
-    def __init__(self, func: PrimFunc, target: Target, name: str) -> None:
+    def __init__(self, func: PrimFunc, target: Hardware, name: str) -> None:
         self.func = func
         self.target = target
         self.name = name
@@ -1134,9 +1040,9 @@ def _fix_loop_metadata(text: str) -> str:
 # public API
 
 
-def generate(func: PrimFunc, target: Any = None, name: str | None = None) -> str:
+def generate(func: PrimFunc, target: Hardware | str | None = None, name: str | None = None) -> str:
     """LLVM IR text for a lowered PrimFunc (see the module docstring for the signature)."""
-    target = resolve_target(target)
+    target = resolve(target)
     if name is None:
         name = str(func.attr_dict.get("global_symbol", "main"))
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name):
@@ -1147,25 +1053,24 @@ def generate(func: PrimFunc, target: Any = None, name: str | None = None) -> str
 
 
 @cache
-def _intrinsic_features() -> dict[str, tuple[str, ...]]:
-    """LLVM intrinsic name -> the CPU features its YAML intrinsic set requires (every set found)."""
-    from ..intrin.schema import LLVMImpl, shipped_intrinsics
-
-    needs: dict[str, tuple[str, ...]] = {}
-    for intr in shipped_intrinsics():
-        if isinstance(intr.impl, LLVMImpl):
-            needs.setdefault(intr.impl.intrinsic, intr.requires.features)
-    return needs
+def _shipped_features() -> dict[str, tuple[str, ...]]:
+    """LLVM intrinsic name -> the CPU features its shipped YAML intrinsic set requires."""
+    return _features_of(shipped_intrinsics())
 
 
-def _check_intrinsic_features(func: PrimFunc, target: Target) -> None:
+def _features_of(intrinsics: Iterable[Intrinsic]) -> dict[str, tuple[str, ...]]:
+    return {i.impl.intrinsic: i.requires.features for i in intrinsics if isinstance(i.impl, LLVMImpl)}
+
+
+def _check_intrinsic_features(func: PrimFunc, target: Hardware) -> None:
     """CodegenError when ``func`` calls an LLVM intrinsic whose YAML set needs a CPU feature the
     target lacks (LLVM would abort the process instead of selecting it)."""
     calls: set[str] = set()
     post_order_visit(func.body, lambda n: calls.add(n.op) if isinstance(n, Call) and n.op.startswith("llvm.") else None)
-    have = set(target.features.split(","))
+    have = set(target.features)
+    needs = {**_shipped_features(), **_features_of(target.intrinsics)}
     for op in sorted(calls):
-        missing = [f for f in _intrinsic_features().get(op, ()) if f not in have]
+        missing = [f for f in needs.get(op, ()) if f not in have]
         if missing:
             raise CodegenError(
                 f"the program calls {op}, which needs CPU feature(s) {', '.join(missing)} that target "
@@ -1177,9 +1082,9 @@ def uses_parallel(llvm_ir: str) -> bool:
     return "GOMP_parallel" in llvm_ir
 
 
-def optimize(llvm_ir: str, target: Any = None, speed_level: int = 3) -> llvm.ModuleRef:
+def optimize(llvm_ir: str, target: Hardware | str | None = None, speed_level: int = 3) -> llvm.ModuleRef:
     """Parse, verify and optimize (new pass builder, O3 by default) for the target."""
-    target = resolve_target(target)
+    target = resolve(target)
     _init_llvm()
     mod = llvm.parse_assembly(llvm_ir)
     mod.verify()
@@ -1193,17 +1098,17 @@ def optimize(llvm_ir: str, target: Any = None, speed_level: int = 3) -> llvm.Mod
     return mod
 
 
-def emit_assembly(mod: llvm.ModuleRef | str, target: Any = None) -> str:
-    target = resolve_target(target)
+def emit_assembly(mod: llvm.ModuleRef | str, target: Hardware | str | None = None) -> str:
+    target = resolve(target)
     if isinstance(mod, str):
         _init_llvm()
         mod = llvm.parse_assembly(mod)
     return target_machine(target, pic=True).emit_assembly(mod)
 
 
-def emit_object(mod: llvm.ModuleRef | str, target: Any = None) -> bytes:
+def emit_object(mod: llvm.ModuleRef | str, target: Hardware | str | None = None) -> bytes:
     """A relocatable (position-independent) object file for the target."""
-    target = resolve_target(target)
+    target = resolve(target)
     if isinstance(mod, str):
         _init_llvm()
         mod = llvm.parse_assembly(mod)

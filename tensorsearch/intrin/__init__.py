@@ -1,4 +1,4 @@
-"""Tensor intrinsics (paper section 4): YAML descriptions, and later the matcher and tensorize.
+"""Tensor intrinsics (paper section 4), the public names in one place.
 
 ``load_intrinsic(path_or_name)`` loads one ``intrinsics/<set>.yaml`` file into an
 :class:`IntrinsicSet`; ``tensorsearch.hardware.load(name).intrinsics`` lists the intrinsics a
@@ -10,10 +10,14 @@ target offers. Each :class:`Intrinsic` has ``name``, ``operands``, ``iterators``
 :class:`MatchReport` whose ``feasible`` lists the mappings with their loop plans and whose
 ``str()`` explains every rejection; ``tile_with_intrin(sch, block, intrin)`` performs a mapping
 with schedule primitives and returns the blockized block, ready for ``sch.tensorize``.
+
+The definitions live in their layers (:mod:`tensorsearch.target` for the data and the matcher,
+:mod:`tensorsearch.schedule` for ``tile_with_intrin``); nothing inside the package imports this
+module.
 """
 
-from .matcher import IterMapping, Mapping, MatchReport, OperandPlan, Rejection, match
-from .schema import (
+from ..schedule.intrin_tile import tile_with_intrin
+from ..target.intrinsics import (
     CudaImpl,
     Intrinsic,
     IntrinsicError,
@@ -28,10 +32,17 @@ from .schema import (
     find,
     load_intrinsic,
     parse_set,
-    search_path,
 )
-from .semantics import SemanticsIR
-from .tile import tile_with_intrin
+from ..target.matcher import IterMapping, Mapping, MatchReport, OperandPlan, Rejection, match
+from ..target.semantics import SemanticsIR
+
+
+def search_path(near=None) -> list:
+    """The directories searched for intrinsic sets, in order (see docs/hardware-yaml.md)."""
+    from ..target.reader import search_path as _search_path
+
+    return _search_path("intrinsics", near)
+
 
 __all__ = [
     "CudaImpl",

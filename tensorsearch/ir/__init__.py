@@ -76,6 +76,5 @@ from .stmt import (
     seq,
 )
 from .structural import assert_structural_equal, structural_equal, structural_hash
-from .verify import VerifyError, verify
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -30,7 +30,7 @@ class Node:
     __slots__ = ()
 
     def __str__(self) -> str:
-        from ..script.printer import node_to_str
+        from .printer import node_to_str
 
         return node_to_str(self)
 

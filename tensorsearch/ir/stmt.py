@@ -376,7 +376,7 @@ class PrimFunc(Node):
 
     def script(self, name: str | None = None) -> str:
         """The program as TVMScript-like text (see ``tensorsearch.script``)."""
-        from ..script.printer import script
+        from .printer import script
 
         return script(self, name=name)
 

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..arith.verify import VerifyError, verify
 from ..ir.stmt import PrimFunc
-from ..ir.verify import VerifyError, verify
 from .blocks import lower_blocks, lower_init
 from .common import LoweringError
 from .compact import compact_buffers

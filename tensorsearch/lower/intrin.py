@@ -21,10 +21,10 @@ kind of access is left to ``lower_blocks``.
 
 from __future__ import annotations
 
-import itertools
 from typing import Any
 
 from .. import arith
+from ..arith.region import contiguity_error, region_extents
 from ..ir import (
     Block,
     Broadcast,
@@ -42,67 +42,7 @@ from ..ir import (
 )
 from .common import LoweringError, as_dtype, is_const
 
-__all__ = ["contiguity_error", "lower_intrin", "region_strides"]
-
-
-def region_strides(buf: Buffer) -> list[int] | None:
-    """The element strides of ``buf`` as integers (explicit or row-major), None when symbolic."""
-    if buf.strides:
-        out = []
-        for s in buf.strides:
-            s = arith.simplify(s)
-            if not isinstance(s, IntImm):
-                return None
-            out.append(s.value)
-        return out
-    dims = []
-    for s in buf.shape:
-        s = arith.simplify(s)
-        if not isinstance(s, IntImm):
-            return None
-        dims.append(s.value)
-    out = [1] * len(dims)
-    for k in range(len(dims) - 2, -1, -1):
-        out[k] = out[k + 1] * dims[k + 1]
-    return out
-
-
-def _extents(region: BufferRegion) -> list[int] | None:
-    out = []
-    for r in region.region:
-        e = arith.simplify(r.extent)
-        if not isinstance(e, IntImm):
-            return None
-        out.append(e.value)
-    return out
-
-
-def contiguity_error(region: BufferRegion) -> str | None:
-    """None when the region's elements, in row-major order, are consecutive in memory; else why not."""
-    buf = region.buffer
-    extents = _extents(region)
-    if extents is None:
-        return f"the region of buffer {buf.name} has a non-constant extent"
-    strides = region_strides(buf)
-    if strides is None:
-        return f"buffer {buf.name} has symbolic strides, so the region cannot be proven contiguous"
-    dims = [k for k, e in enumerate(extents) if e != 1]
-    if not dims:
-        return None
-    if strides[dims[-1]] != 1:
-        return (
-            f"its innermost dimension {dims[-1]} of buffer {buf.name} has stride {strides[dims[-1]]}, "
-            "not 1 (the elements of a row are not adjacent)"
-        )
-    for a, b in itertools.pairwise(dims):
-        need = strides[b] * extents[b]
-        if strides[a] != need:
-            shape = [extents[k] for k in dims]
-            return (
-                f"its rows are strided: dimension {a} of buffer {buf.name} has stride {strides[a]} elements, "
-                f"but a contiguous {'x'.join(map(str, shape))} tile needs {need}"
-            )
-    return None
+__all__ = ["lower_intrin"]
 
 
 def _is_unit_ramp(e: PrimExpr) -> bool:
@@ -113,7 +53,7 @@ class _Rewrite(Mutator):
     def __init__(self, buf: Buffer, source: BufferRegion) -> None:
         self.buf = buf
         self.source = source
-        extents = _extents(source) or []
+        extents = region_extents(source) or []
         nonunit = [k for k, e in enumerate(extents) if e != 1]
         last = len(extents) - 1
         self.first = nonunit[0] if nonunit else last
@@ -122,7 +62,7 @@ class _Rewrite(Mutator):
     def flat_region(self) -> BufferRegion:
         """The region the rewritten accesses cover, in the same per-dimension form (for the verifier)."""
         numel = 1
-        for e in _extents(self.source) or []:
+        for e in region_extents(self.source) or []:
             numel *= e
         out = []
         for k, r in enumerate(self.source.region):

@@ -28,6 +28,7 @@ from ..ir.dtype import DataType, numpy_dtype, parse_dtype
 from ..ir.expr import IntImm
 from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, BlockRealize, BufferStore, For, ForKind, PrimFunc
+from ..target import Hardware, arch_of, host_triple, resolve
 from .timing import TimeResult, flush_cache_now
 
 _CTYPES = {
@@ -180,7 +181,7 @@ class _Runnable:
             arch = self.triple.split("-")[0]
             raise RuntimeError(
                 f"module {self.name} was built for {arch} ({self.triple}) and cannot run on this machine "
-                f"({cg.host_target().triple}); use .assembly or .save_object(path) instead"
+                f"({host_triple()}); use .assembly or .save_object(path) instead"
             )
 
     def _convert_args(self, args: Sequence[Any]) -> list[Any]:
@@ -275,7 +276,7 @@ class Module(_Runnable):
         self,
         func: PrimFunc,
         lowered: PrimFunc,
-        target: cg.Target,
+        target: Hardware,
         name: str,
         build_seconds: float = 0.0,
         jit: bool = True,
@@ -378,7 +379,7 @@ class Module(_Runnable):
             "params": [p.to_json() for p in self.params],
             "triple": self.triple,
             "cpu": self.target.cpu,
-            "features": self.target.features,
+            "features": self.target.feature_string,
             "parallel": self.parallel,
             "l3_bytes": self.l3_bytes,
         }
@@ -401,8 +402,7 @@ class LoadedModule(_Runnable):
         self.l3_bytes = meta.get("l3_bytes")
         self.meta = meta
         arch = self.triple.split("-")[0]
-        here = cg.host_target().triple.split("-")[0]
-        if cg._arch_family(arch) != cg._arch_family(here):
+        if arch_of(arch) != arch_of(host_triple()):
             return  # calls raise the "built for another machine" error
         lib = ctypes.CDLL(os.path.abspath(path))
         self._lib = lib
@@ -428,17 +428,19 @@ def lower_for_codegen(func: PrimFunc) -> PrimFunc:
     return lower(func)
 
 
-def build(func: PrimFunc, target: Any = None, name: str | None = None, jit: bool = True) -> Module:
+def build(
+    func: PrimFunc, target: Hardware | str | os.PathLike | None = None, name: str | None = None, jit: bool = True
+) -> Module:
     """Lower, generate LLVM IR, optimize at O3 for ``target`` and JIT-compile (when it runs here).
 
-    ``target``: None (the host), a hardware descriptor name or path, a ``tensorsearch.hardware``
-    Hardware object, or a ``codegen.llvm.Target``. ``jit=False`` skips the JIT (the module can
+    ``target``: None (the host), a hardware descriptor name or path, or a
+    :class:`~tensorsearch.target.Hardware`. ``jit=False`` skips the JIT (the module can
     still ``save`` and ``save_object``; calling it raises), for a builder that only writes files.
     """
     if not isinstance(func, PrimFunc):
         raise TypeError(f"build needs a PrimFunc, got {type(func).__name__}")
     t0 = _time.perf_counter()
-    tgt = cg.resolve_target(target)
+    tgt = resolve(target)
     lowered = lower_for_codegen(func)
     if name is None:
         name = str(func.attr_dict.get("global_symbol", "main"))

@@ -17,6 +17,7 @@ from .errors import (
     ScheduleError,
     StagePipelineError,
 )
+from .intrin_tile import tile_with_intrin
 from .rv import BlockRV, ExprRV, LoopRV
 from .schedule import Schedule
 from .tensorize import TensorizeError

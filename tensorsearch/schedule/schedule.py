@@ -26,9 +26,11 @@ class Schedule(
 ):
     """Transform a PrimFunc with validated primitives, recording every step in ``trace``.
 
-    ``Schedule(func, seed=0, check=True, error_detail="detail")``: ``check`` verifies the program
-    after every primitive; ``error_detail`` is "detail" (sentence and IR fragment), "fast"
-    (sentence) or "none" (primitive and error class only, for the search).  A primitive that
+    ``Schedule(func, seed=0, check=True, error_detail="detail", hardware=None)``: ``check``
+    verifies the program after every primitive; ``error_detail`` is "detail" (sentence and IR
+    fragment), "fast" (sentence) or "none" (primitive and error class only, for the search);
+    ``hardware`` (a :class:`~tensorsearch.target.Hardware`) offers the intrinsics that
+    ``tensorize`` may name (an :class:`~tensorsearch.target.Intrinsic` object needs none).  A primitive that
     fails raises a ScheduleError and leaves ``func``, the random variables and ``trace`` as
     they were.
     """

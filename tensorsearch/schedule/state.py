@@ -15,8 +15,9 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ..ir import Block, BlockRealize, For, PrimFunc, Var, verify
-from ..ir.verify import VerifyError
+from ..arith.verify import VerifyError, verify
+from ..ir import Block, BlockRealize, For, PrimFunc, Var
+from ..target import Hardware
 from .errors import BlockNotFound, InvalidArgument, LoopNotFound, ScheduleError
 from .rv import RV, BlockRV, ExprRV, LoopRV
 from .trace import Instruction, InstructionKind, Trace, register_kind
@@ -135,8 +136,8 @@ def _output_rvs(result: Any) -> list[RV]:
 _CACHE_SIZE = 16384
 _PRIMITIVE_CACHE: OrderedDict[tuple, _Remembered] = OrderedDict()
 _PLAIN = (str, int, type(None))
-# primitives whose result depends on more than the program and the arguments: tensorize looks its
-# intrinsic up by name in a registry that register_intrinsic_object may change
+# primitives whose result depends on more than the program and the arguments: tensorize looks a
+# named intrinsic up in the schedule's hardware
 _UNCACHED_KINDS = frozenset({"tensorize"})
 
 
@@ -259,16 +260,28 @@ def _remember(
 class ScheduleState:
     """The program being scheduled, its random variables, its random state and its trace."""
 
-    def __init__(self, func: PrimFunc, seed: int = 0, check: bool = True, error_detail: str = "detail") -> None:
+    def __init__(
+        self,
+        func: PrimFunc,
+        seed: int = 0,
+        check: bool = True,
+        error_detail: str = "detail",
+        hardware: Hardware | None = None,
+    ) -> None:
         if not isinstance(func, PrimFunc):
             raise TypeError(f"Schedule takes a PrimFunc, got {type(func).__name__}")
         if error_detail not in ERROR_DETAIL_LEVELS:
             raise ValueError(f"error_detail must be one of {ERROR_DETAIL_LEVELS}, got {error_detail!r}")
         if check:
             verify(func)
+        if hardware is not None and not isinstance(hardware, Hardware):
+            raise TypeError(
+                f"Schedule's hardware must be a Hardware (tensorsearch.target.load), got {type(hardware).__name__}"
+            )
         self.func = func
         self.check = check
         self.error_detail = error_detail
+        self.hardware = hardware  # the intrinsics ``tensorize`` may name come from it
         self.trace = Trace()
         self._symtab: dict[RV, Any] = {}
         self._rng = random.Random(seed)
@@ -292,6 +305,7 @@ class ScheduleState:
         other.func = self.func
         other.check = self.check
         other.error_detail = self.error_detail
+        other.hardware = self.hardware
         other.trace = self.trace.copy()
         other._symtab = dict(self._symtab)
         other._rng = random.Random()

@@ -49,11 +49,11 @@ unchanged.  On success the block is annotated ``cuda_unit = <unit name>`` exactl
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .. import arith
-from ..intrin import Intrinsic
-from ..intrin.schema import CudaImpl, LLVMImpl, shipped_intrinsics
+from ..arith.region import contiguity_error, region_strides
 from ..ir import (
     Block,
     BlockRealize,
@@ -77,12 +77,15 @@ from ..ir import (
     substitute,
 )
 from ..ir.functor import free_vars
+from ..target import Hardware, Intrinsic, IntrinsicSet, Unit
+from ..target.intrinsics import CudaImpl, LLVMImpl
 from .errors import InvalidArgument, ScheduleError
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
 from .tree import replace
+from .units import UNIT_ATTR, UnitError, check_unit, find_unit, unit_of_compute
 
-__all__ = ["TensorizeError", "TensorizePrimitives", "lookup_intrinsic", "register_intrinsic_object"]
+__all__ = ["IntrinsicRef", "TensorizeError", "TensorizePrimitives"]
 
 
 class TensorizeError(ScheduleError):
@@ -90,30 +93,60 @@ class TensorizeError(ScheduleError):
 
 
 # --------------------------------------------------------------------------------------------
-# Finding intrinsics by name
-
-_REGISTERED: dict[str, Intrinsic] = {}
+# Naming intrinsics in traces
 
 
-def register_intrinsic_object(intrin: Intrinsic) -> None:
-    """Remember ``intrin`` so that a trace naming it can be replayed in this process."""
-    _REGISTERED[intrin.name] = intrin
+@dataclass(frozen=True)
+class IntrinsicRef:
+    """How a trace names an intrinsic: its name, its set and the digest of its definition.
 
+    A replay resolves the name through the schedule's hardware and refuses a definition whose
+    digest differs (the trace was made with another version of the intrinsic)."""
 
-def lookup_intrinsic(name: str) -> Intrinsic:
-    """The intrinsic called ``name``: a remembered one, else one of an intrinsic set on the search path."""
-    if name in _REGISTERED:
-        return _REGISTERED[name]
-    known = shipped_intrinsics()
-    for intr in known:
-        if intr.name == name:
-            return intr
-    known = [intr.name for intr in known]
-    raise InvalidArgument(f"tensorize: unknown intrinsic {name!r}; the known intrinsics are: {', '.join(known)}")
+    name: str
+    set_name: str = ""
+    digest: str = ""
 
 
 def _intrin_to_json(value: Any) -> Any:
-    return value.name if isinstance(value, Intrinsic) else value
+    if isinstance(value, Intrinsic):
+        return {"name": value.name, "set": value.set_name, "digest": value.digest}
+    if isinstance(value, IntrinsicRef):
+        return {"name": value.name, "set": value.set_name, "digest": value.digest}
+    return value
+
+
+def _intrin_from_json(value: Any) -> Any:
+    if isinstance(value, dict) and isinstance(value.get("name"), str):
+        return IntrinsicRef(value["name"], str(value.get("set", "")), str(value.get("digest", "")))
+    return value
+
+
+def _resolve(hardware: Hardware | None, intrin: str | IntrinsicRef) -> Intrinsic | tuple[IntrinsicSet, Unit]:
+    """The intrinsic (or CUDA unit) ``intrin`` names, from the hardware the schedule was given."""
+    name = intrin.name if isinstance(intrin, IntrinsicRef) else intrin
+    if hardware is None:
+        raise InvalidArgument(
+            f"tensorize: intrinsic {name!r} is named, but the schedule has no hardware to look it up in; "
+            "make it with Schedule(func, hardware=...) or pass the Intrinsic object"
+        )
+    found = [i for i in hardware.intrinsics if i.name == name]
+    if not found:
+        try:
+            return find_unit(name, hardware)
+        except UnitError:
+            offered = [i.name for i in hardware.intrinsics] + [u.name for s in hardware.intrinsic_sets for u in s.units]
+            raise InvalidArgument(
+                f"tensorize: hardware {hardware.name} offers no intrinsic or unit {name!r}; "
+                f"it offers: {', '.join(offered) or '(none)'}"
+            ) from None
+    intr = found[0]
+    if isinstance(intrin, IntrinsicRef) and intrin.digest and intrin.digest != intr.digest:
+        raise InvalidArgument(
+            f"tensorize: the trace's intrinsic {name} (set {intrin.set_name}, digest {intrin.digest}) differs from "
+            f"the one hardware {hardware.name} offers ({intr.source}, digest {intr.digest}): its definition changed"
+        )
+    return intr
 
 
 # --------------------------------------------------------------------------------------------
@@ -178,34 +211,30 @@ def _is_zero(e: PrimExpr) -> bool:
 
 
 class TensorizePrimitives(ScheduleState):
-    @primitive(to_json={"intrin": _intrin_to_json})
-    def tensorize(self, block_or_loop: BlockRV | LoopRV, intrin: str | Intrinsic) -> None:
+    @primitive(to_json={"intrin": _intrin_to_json}, from_json={"intrin": _intrin_from_json})
+    def tensorize(self, block_or_loop: BlockRV | LoopRV, intrin: str | Intrinsic | IntrinsicRef) -> None:
         """Replace the tile computed by ``block_or_loop`` by tensor intrinsic ``intrin`` (see module doc).
 
         ``block_or_loop`` is an outer block made by ``blockize`` (or ``tile_with_intrin``), or a
-        loop, which is blockized first.  ``intrin`` is an intrinsic name (``"vnni_dot_16x4_u8i8i32"``)
-        or an :class:`~tensorsearch.intrin.Intrinsic`; the trace records the name.
+        loop, which is blockized first.  ``intrin`` is an :class:`~tensorsearch.target.Intrinsic`,
+        or the name of an intrinsic or CUDA unit that the schedule's hardware offers; the trace
+        records the name, the set and the digest of the definition
+        (``{"name": ..., "set": ..., "digest": ...}``, which is accepted here too).
         """
-        from ..codegen import cuda
-
-        unit: tuple[Any, Any] | None = None  # (IntrinsicSet, Unit) of a CUDA unit
+        unit: tuple[IntrinsicSet, Unit] | None = None
+        intrin = _intrin_from_json(intrin)  # the trace's JSON form, as ``as_python`` writes it
         if isinstance(intrin, Intrinsic):
-            register_intrinsic_object(intrin)
             intr = intrin
-        elif isinstance(intrin, str):
-            try:
-                intr = lookup_intrinsic(intrin)
-            except InvalidArgument as e:
-                try:
-                    unit = cuda.find_unit(intrin)
-                except cuda.CudaCodegenError:
-                    raise InvalidArgument(
-                        f"{e.message}; no intrinsic set defines a CUDA unit of that name either"
-                    ) from None
+        elif isinstance(intrin, str | IntrinsicRef):
+            found = _resolve(self.hardware, intrin)
+            if isinstance(found, tuple):
+                unit = found
+            else:
+                intr = found
         else:
             raise InvalidArgument(f"tensorize: intrin must be an intrinsic name or Intrinsic, got {intrin!r}")
         if unit is None and isinstance(intr.impl, CudaImpl):
-            unit = cuda.unit_of_compute(intr)  # None: reported by _tensorized
+            unit = unit_of_compute(intr, self.hardware)  # None: reported by _tensorized
         if isinstance(block_or_loop, LoopRV):
             block_rv = self.blockize(block_or_loop)
         elif isinstance(block_or_loop, BlockRV):
@@ -217,15 +246,15 @@ class TensorizePrimitives(ScheduleState):
         if unit is not None:
             iset, u = unit
             try:
-                cuda.check_unit(outer, u, iset)
-            except cuda.CudaCodegenError as e:
+                check_unit(outer, u, iset)
+            except UnitError as e:
                 msg = str(e).removeprefix(f"block {outer.name} (unit {u.name}): ")
                 raise TensorizeError(
                     f"cannot tensorize block {outer.name} with CUDA unit {u.name}: {msg}",
                     block=outer.name,
                     fragment=self._fragment(outer),
                 ) from None
-            self.annotate(block_rv, cuda.UNIT_ATTR, u.name)
+            self.annotate(block_rv, UNIT_ATTR, u.name)
             return
         new_block = self._tensorized(outer, intr)
         self.func = replace(self.func, {id(realize): BlockRealize(realize.iter_values, realize.predicate, new_block)})
@@ -431,8 +460,6 @@ class TensorizePrimitives(ScheduleState):
                         ranges.append(Range(s, IntImm(s.dtype, ext)))
                     regions[op_name] = BufferRegion(w_buf, tuple(ranges))
         # Layout safety.
-        from ..lower.intrin import contiguity_error, region_strides
-
         for op in intr.operands:
             region = regions[op.name]
             if op.contiguous or (op.numel > 1 and isinstance(intr.impl, LLVMImpl)):
@@ -521,6 +548,8 @@ def _impl_stmt(intr: Intrinsic, tiles: dict[str, Buffer]) -> BufferStore:
     store_op = intr.operand(impl.store)
     tile = tiles[store_op.name]
     value = _reinterpret(value, store_op.vector_type)
+    if impl.accumulate:
+        value = _vector(tile, store_op.numel) + value
     lanes = store_op.numel
     idx = IntImm(_i32(), 0) if lanes == 1 else Ramp(IntImm(_i32(), 0), IntImm(_i32(), 1), lanes)
     return BufferStore(tile, value, (idx,))

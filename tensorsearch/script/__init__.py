@@ -44,7 +44,7 @@ Syntax (every field of the IR is printed, so ``parse(f.script())`` is structural
   defined twice or used outside its scope: then a name denotes one object in the whole function.
 """
 
+from ..ir.printer import node_to_str, script
 from .parser import ScriptError, parse, parse_expr
-from .printer import node_to_str, script
 
 __all__ = ["ScriptError", "node_to_str", "parse", "parse_expr", "script"]

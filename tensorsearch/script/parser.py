@@ -33,6 +33,7 @@ from ..ir.expr import (
     call,
     const,
 )
+from ..ir.printer import BOOL_OPS, CALL_OPS, CMP_OPS, INFIX_OPS, needs_implicit_root
 from ..ir.stmt import (
     TRUE,
     Allocate,
@@ -52,7 +53,6 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from .printer import BOOL_OPS, CALL_OPS, CMP_OPS, INFIX_OPS, needs_implicit_root
 
 
 class ScriptError(ValueError):

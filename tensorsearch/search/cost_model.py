@@ -58,6 +58,9 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from ..ir import PrimFunc
+from ..target import Hardware
+from .database import Database, hardware_key
 from .features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector
 
 __all__ = ["CostModel", "transfer_data"]
@@ -271,13 +274,13 @@ def _spread_pick(records: list[Any], count: int) -> list[Any]:
     return [ranked[round(i * step)] for i in range(count)]
 
 
-def _record_features(func: Any, trace_json: str) -> np.ndarray | None:
+def _record_features(func: PrimFunc, trace_json: str, hardware: Hardware) -> np.ndarray | None:
     """Features of a record's program: its whole trace replayed on its workload (None if it fails)."""
     from ..schedule import Schedule, Trace
     from .features import extract_features
 
     try:
-        sch = Schedule(func, check=False, error_detail="none")
+        sch = Schedule(func, check=False, error_detail="none", hardware=hardware)
         Trace.from_json(trace_json).apply(sch)
         return extract_features(sch.func)
     except Exception:  # a record this version cannot replay teaches nothing
@@ -285,16 +288,17 @@ def _record_features(func: Any, trace_json: str) -> np.ndarray | None:
 
 
 def transfer_data(
-    databases: Sequence[Any], hardware_key: str, exclude_workload: str, max_records: int = 256
+    databases: Sequence[Database], hardware: Hardware, exclude_workload: str, max_records: int = 256
 ) -> list[tuple[str, list[np.ndarray], list[float]]]:
     """Training data for :meth:`CostModel.pretrain`: records of every workload but
-    ``exclude_workload`` measured on ``hardware_key`` in ``databases`` (:class:`~.database.Database`
+    ``exclude_workload`` measured on ``hardware`` (the records of its hardware key) in ``databases`` (:class:`~.database.Database`
     objects), at most ``max_records`` in all, shared evenly among the workloads that have a
     successful record, spread over each one's latencies; one ``(task, features, latencies)`` per
     workload, the task named ``transfer:<workload key>``."""
+    hkey = hardware_key(hardware)
     by_workload: dict[str, tuple[Any, list[Any]]] = {}
     for db in databases:
-        for wkey, records in db.hardware_records(hardware_key).items():
+        for wkey, records in db.hardware_records(hkey).items():
             if wkey == exclude_workload or not any(r.ok for r in records):
                 continue
             _, have = by_workload.setdefault(wkey, (db, []))
@@ -306,7 +310,7 @@ def transfer_data(
         func = db.workload(wkey)
         feats, lats = [], []
         for r in _spread_pick(records, share):
-            f = _record_features(func, r.trace)
+            f = _record_features(func, r.trace, hardware)
             if f is not None:
                 feats.append(f)
                 lats.append(r.latency)

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..ir.stmt import PrimFunc
 from ..ir.structural import structural_hash
+from ..target import Hardware, load
 
 __all__ = ["Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
 
@@ -58,12 +59,11 @@ def workload_key(func: PrimFunc) -> str:
 
 
 def _canonical(value: Any) -> Any:
-    """A JSON-able, order-preserving image of a (nested) frozen dataclass; fields with compare=False skipped."""
+    """A JSON-able, order-preserving image of a (nested) frozen dataclass; fields with compare=False
+    or marked ``metadata={"descriptor": False}`` (compile options such as fp_contract) skipped."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {
-            "@": type(value).__name__,
-            **{f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value) if f.compare},
-        }
+        fields = [f for f in dataclasses.fields(value) if f.compare and f.metadata.get("descriptor", True)]
+        return {"@": type(value).__name__, **{f.name: _canonical(getattr(value, f.name)) for f in fields}}
     if isinstance(value, enum.Enum):
         return _canonical(value.value)
     if isinstance(value, tuple | list):
@@ -75,7 +75,7 @@ def _canonical(value: Any) -> Any:
     return str(value)
 
 
-def hardware_key(hw: Any) -> str:
+def hardware_key(hw: Hardware | str) -> str:
     """``"<name>-<16 hex digits>"``: the descriptor's name and a hash of its whole validated content.
 
     The hash covers every compared field of the frozen :class:`~tensorsearch.hardware.Hardware`
@@ -87,9 +87,7 @@ def hardware_key(hw: Any) -> str:
     >>> hardware_key(hardware.load("x86-znver4")).startswith("x86-znver4-")
     True
     """
-    from .. import hardware
-
-    hw = hardware.load(hw)
+    hw = load(hw)
     text = json.dumps(_canonical(hw), sort_keys=False, separators=(",", ":"))
     digest = hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
     return f"{hw.name}-{digest}"

@@ -41,10 +41,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir import IntImm, Var
+from ..ir import IntImm, PrimFunc, Var
 from ..ir.functor import free_vars, substitute
 from ..schedule import Schedule, ScheduleError, Trace
 from ..schedule.trace import _flatten_outputs, _map_rvs
+from ..target import Hardware
 from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
@@ -63,7 +64,7 @@ class MachineModel:
     cores: int
 
     @classmethod
-    def from_hardware(cls, hw: Any) -> MachineModel:
+    def from_hardware(cls, hw: Hardware) -> MachineModel:
         """Read the vector width, caches and cores of ``hw``; the register count is 32 for
         AVX-512 and aarch64, else 16 (the YAML has no key for it)."""
         wide = hw.arch == "aarch64" or hw.has_feature("avx512f")
@@ -318,14 +319,14 @@ class _Decider:
         return list(tiles)
 
 
-def heuristic_trace(trace: Trace, func: Any, hardware: Any, variant: int = 0, seed: int = 0) -> Trace | None:
+def heuristic_trace(trace: Trace, func: PrimFunc, hardware: Hardware, variant: int = 0, seed: int = 0) -> Trace | None:
     """``trace`` (a design-space trace of ``func``) with analytic decisions of ``variant``
     (0: the best register tile, unrolled; 1: the same, unrolling left to LLVM; 2, 3: the next
     shape...),
     or None when a primitive refuses them. Decisions the heuristics do not cover are sampled
     with ``seed``."""
     decider = _Decider(trace, MachineModel.from_hardware(hardware), variant)
-    sch = Schedule(func, seed=seed, check=False, error_detail="none")
+    sch = Schedule(func, seed=seed, check=False, error_detail="none", hardware=hardware)
     mapping: dict[int, Any] = {}
     blocks: dict[int, Any] = {}
     try:
@@ -347,7 +348,7 @@ def heuristic_trace(trace: Trace, func: Any, hardware: Any, variant: int = 0, se
     return sch.trace.simplified()
 
 
-def heuristic_traces(trace: Trace, func: Any, hardware: Any, variants: int = 4, seed: int = 0) -> list[Trace]:
+def heuristic_traces(trace: Trace, func: PrimFunc, hardware: Hardware, variants: int = 4, seed: int = 0) -> list[Trace]:
     """Up to ``variants`` distinct analytic decision sets of ``trace`` (see :func:`heuristic_trace`)."""
     out: list[Trace] = []
     seen: set[str] = set()

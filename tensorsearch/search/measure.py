@@ -62,6 +62,8 @@ from typing import Any
 import numpy as np
 
 from ..ir.stmt import Block, IterType, PrimFunc
+from ..target import Hardware, load
+from ..workloads import Workload
 
 __all__ = ["MeasureResult", "Measurer", "init_ray"]
 
@@ -120,7 +122,7 @@ def _short(e: BaseException | str) -> str:
 # builds (Ray tasks)
 
 
-def _build(func: PrimFunc, target: Any) -> dict[str, Any]:
+def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
     """Lower, compile and link ``func``; return the library's bytes and sidecar, or the error."""
     t0 = time.perf_counter()
     try:
@@ -327,7 +329,9 @@ class _ToleranceCheck:
             )
 
 
-def _reference(func: PrimFunc, workload: Any, seed: int) -> tuple[list[np.ndarray], list[int], list[np.ndarray], Any]:
+def _reference(
+    func: PrimFunc, workload: Workload | None, seed: int
+) -> tuple[list[np.ndarray], list[int], list[np.ndarray], Any]:
     """(inputs, output positions, expected outputs, checker) for the candidates of ``func``."""
     from ..runtime.module import build, signature
 
@@ -395,9 +399,9 @@ class Measurer:
     def __init__(
         self,
         func: PrimFunc | None,
-        hardware: Any,
+        hardware: Hardware | str | os.PathLike,
         *,
-        workload: Any = None,
+        workload: Workload | None = None,
         address: str | None = None,
         timeout_s: float = 10.0,
         build_timeout_s: float = 120.0,
@@ -408,9 +412,6 @@ class Measurer:
         seed: int = 0,
         min_repeat_ms: float = 20.0,
     ) -> None:
-        from .. import hardware as hw_mod
-        from ..codegen import llvm as cg
-
         if func is None:
             if workload is None:
                 raise ValueError("Measurer needs a function or a workload")
@@ -418,8 +419,8 @@ class Measurer:
         if (number is not None and number < 1) or repeat < 1:
             raise ValueError(f"number and repeat must be at least 1, got number={number}, repeat={repeat}")
         self.func = func
-        self.hardware = hw_mod.load(hardware)
-        self.target = cg.resolve_target(self.hardware)
+        self.hardware = load(hardware)
+        self.target = self.hardware
         if fp_contract:
             self.target = self.target.with_fp_contract()
         self.workload = workload

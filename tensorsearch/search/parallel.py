@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..ir import PrimFunc
 from ..schedule import Trace
+from ..target import Hardware
 from .space import Candidate, DesignSpace
 
 
@@ -57,7 +59,7 @@ class LocalEvaluator:
 
 
 class _Worker:
-    def __init__(self, func: Any, hardware: Any, traces_json: list[str]) -> None:
+    def __init__(self, func: PrimFunc, hardware: Hardware, traces_json: list[str]) -> None:
         self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
 
     def evaluate(self, jobs: list[tuple]) -> list[tuple | None]:

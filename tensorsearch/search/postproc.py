@@ -26,6 +26,7 @@ from ..ir.functor import free_vars
 from ..ir.stmt import IterType
 from ..schedule import BlockRV, Schedule, ScheduleError
 from ..schedule.tree import stmt_children, walk_nodes
+from ..target import Hardware
 from .space import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
 
 
@@ -231,7 +232,7 @@ def _is_leaf(sch: Schedule, name: str) -> bool:
     return not any(isinstance(node, BlockRealize) for node in walk_nodes(block.body))
 
 
-def postprocs_for(hardware: Any) -> list[Postproc]:
+def postprocs_for(hardware: Hardware) -> list[Postproc]:
     """The CPU postprocessors, in order."""
     return [
         DisallowDynamicLoop(),

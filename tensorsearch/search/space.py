@@ -40,7 +40,8 @@ from typing import Any
 from ..ir import IntImm, PrimFunc, Var, structural_hash
 from ..ir.functor import free_vars
 from ..ir.stmt import Block, IterType
-from ..schedule import BlockRV, Schedule, ScheduleError, Trace
+from ..schedule import BlockRV, Schedule, ScheduleError, Trace, tile_with_intrin
+from ..target import Hardware, Intrinsic, match
 
 TILING_STRUCTURE = "meta_schedule.tiling_structure"
 AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
@@ -409,7 +410,7 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
     name = "MultiLevelTilingWithIntrin"
     params = {**MultiLevelTiling.params, "intrinsics": [""], "mappings": 2}
 
-    def __init__(self, intrinsics: Sequence[Any] = (), **params: Any) -> None:
+    def __init__(self, intrinsics: Sequence[Intrinsic] = (), **params: Any) -> None:
         names = params.pop("intrinsics", None)
         super().__init__(**params)
         offered = list(intrinsics)
@@ -432,8 +433,6 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
             raise SearchSpaceError(f"rule {cls.name} parameter mappings must be a positive integer, got {mappings!r}")
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        from ..intrin import match, tile_with_intrin
-
         if not self.intrinsics or not self.applies(sch, block):
             return [sch]
         for intrin in self.intrinsics:
@@ -608,39 +607,39 @@ RULES: dict[str, type[ScheduleRule]] = {
 }
 
 
-def rules_for(hardware: Any) -> list[ScheduleRule]:
+def rules_for(hardware: Hardware) -> list[ScheduleRule]:
     """The rules for a hardware descriptor: its YAML's ``search.rules`` list, else the defaults
     for its kind (CPU: SplitStridePhases, AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when
     it lists intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
-    TileLayoutCopy)."""
+    TileLayoutCopy). A rule name or parameter the search does not know is a SearchSpaceError
+    naming the file and the key (``x.yaml: search.rules[2].MultiLevelTiling: ...``)."""
     if hardware.kind != "cpu":
         raise SearchSpaceError(
             f"hardware {hardware.name} is of kind {hardware.kind}; the search supports kind cpu only for now"
         )
-    spec = getattr(hardware, "search", None)
+    spec = hardware.search
     listed = spec.rules if spec is not None and spec.rules else None
     if listed is None:
         listed = tuple((name, ()) for name in RULES if name != "MultiLevelTilingWithIntrin" or hardware.intrinsics)
-    rules = []
-    for name, params in listed:
-        cls = RULES.get(name)
-        if cls is None:
-            raise SearchSpaceError(
-                f"hardware {hardware.name}: unknown search rule {name!r}; the rules are: {', '.join(RULES)}"
-            )
-        kwargs = dict(params)
-        try:
-            if cls is MultiLevelTilingWithIntrin:
-                rules.append(cls(intrinsics=hardware.intrinsics, **kwargs))
-            elif cls in (AddRFactor, ParallelizeVectorizeUnroll):
-                rules.append(cls(cores=hardware.cores, **kwargs))
-            elif cls is MultiLevelTiling:
-                rules.append(cls(vector_bits=hardware.vector_bits, **kwargs))
-            else:
-                rules.append(cls(**kwargs))
-        except SearchSpaceError as err:
-            raise SearchSpaceError(f"hardware {hardware.name}: {err}") from None
-    return rules
+    return [_make_rule(hardware, pos, name, dict(params)) for pos, (name, params) in enumerate(listed)]
+
+
+def _make_rule(hardware: Hardware, pos: int, name: str, kwargs: dict[str, Any]) -> ScheduleRule:
+    where = f"{hardware.source or hardware.name}: search.rules[{pos}]"
+    cls = RULES.get(name)
+    if cls is None:
+        raise SearchSpaceError(f"{where}: unknown schedule rule {name!r}; the rules are: {', '.join(RULES)}")
+    try:
+        cls.check_params(kwargs)
+        if cls is MultiLevelTilingWithIntrin:
+            return cls(intrinsics=hardware.intrinsics, **kwargs)
+        if cls in (AddRFactor, ParallelizeVectorizeUnroll):
+            return cls(cores=hardware.cores, **kwargs)
+        if cls is MultiLevelTiling:
+            return cls(vector_bits=hardware.vector_bits, **kwargs)
+        return cls(**kwargs)
+    except SearchSpaceError as err:
+        raise SearchSpaceError(f"{where}.{name}: {err}") from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -676,7 +675,7 @@ class DesignSpace:
     def __init__(
         self,
         func: PrimFunc,
-        hardware: Any,
+        hardware: Hardware,
         rules: list[ScheduleRule] | None = None,
         postprocs: list[Any] | None = None,
         traces: list[Trace] | None = None,
@@ -699,7 +698,7 @@ class DesignSpace:
         undo it); the root block's rules run last. Forks multiply over blocks (four phase blocks
         forking six ways each would make 1296 spaces), so once ``max_spaces`` would be passed a
         rule's first choice is taken without forking."""
-        root = Schedule(self.func, seed=0, check=False, error_detail="fast")
+        root = Schedule(self.func, seed=0, check=False, error_detail="fast", hardware=self.hardware)
         for rule in self.rules:
             if rule.rewrites_program:  # whole-program rewrites first: their blocks are the program's
                 for block in _blocks_post_order(root):
@@ -738,7 +737,7 @@ class DesignSpace:
         return [s.trace.simplified() for s in final]
 
     def _replay(self, trace: Trace, provider: Any, seed: int) -> Schedule:
-        sch = Schedule(self.func, seed=seed, check=False, error_detail="none")
+        sch = Schedule(self.func, seed=seed, check=False, error_detail="none", hardware=self.hardware)
         trace.apply(sch, provider, remove_postproc=True)
         return sch
 

@@ -33,7 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from ..ir import PrimFunc
+from ..runtime import Module, build
 from ..schedule import Schedule, Trace
+from ..target import Hardware, load
+from ..workloads import Workload
+from .cost_model import CostModel
+from .database import Database
 from .evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
 from .space import Candidate, DesignSpace
 
@@ -59,7 +64,7 @@ class TuneResult:
     latency: float
     throughput: float
     unit: str
-    module: Any
+    module: Module
     workload_key: str
     hardware_key: str
     trials: int
@@ -80,24 +85,23 @@ class TuneError(RuntimeError):
     """Tuning could not run (bad arguments, an empty design space, no valid candidate)."""
 
 
-def _check_runs_here(hw: Any, address: str | None) -> None:
+def _check_runs_here(hw: Hardware, address: str | None) -> None:
     """TuneError, before anything starts, when the candidates are to be measured on this machine
     (no cluster address) and this CPU cannot run code built for ``hw``."""
-    from ..codegen.llvm import resolve_target
-
-    target = resolve_target(hw)
-    if address is None and not target.runs_here:
-        missing = target.missing_here()
-        lacks = f"it lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}" if missing else "another architecture"
+    if address is None and not hw.runs_here:
+        missing = hw.missing_here()
+        lacks = (
+            f"it lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+            if missing
+            else "another architecture"
+        )
         raise TuneError(
             f"tune: this CPU cannot run code built for hardware {hw.name} ({lacks}); tune for --hardware host, "
             "or measure on machines that can (--address of their Ray cluster)"
         )
 
 
-def _resolve(func_or_workload: Any) -> tuple[PrimFunc, Any, str]:
-    from ..workloads import Workload
-
+def _resolve(func_or_workload: PrimFunc | Workload) -> tuple[PrimFunc, Workload | None, str]:
     if isinstance(func_or_workload, Workload):
         return func_or_workload.func, func_or_workload, func_or_workload.key
     if isinstance(func_or_workload, PrimFunc):
@@ -157,8 +161,8 @@ def _unit(func: PrimFunc) -> str:
 
 
 def tune(
-    func_or_workload: Any,
-    hardware: Any,
+    func_or_workload: PrimFunc | Workload,
+    hardware: Hardware | str | os.PathLike,
     trials: int,
     work_dir: str | os.PathLike,
     seed: int = 0,
@@ -183,7 +187,6 @@ def tune(
     the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
     files). Returns the best program found.
     """
-    from .. import hardware as hwmod
     from .cost_model import CostModel
     from .database import Database, TuningRecord, hardware_key
     from .measure import Measurer, init_ray
@@ -193,7 +196,7 @@ def tune(
         raise TuneError(f"tune: trials must be a positive integer, got {trials!r}")
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
-    hw = hwmod.load(hardware)
+    hw = load(hardware)
     _check_runs_here(hw, address)
     config = config or SearchConfig()
     db = Database(work_dir)
@@ -206,7 +209,7 @@ def tune(
         return ops / latency / 1e9 if latency > 0 and math.isfinite(latency) else 0.0
 
     cost_model = CostModel(seed=seed)
-    transferred = _pretrain(cost_model, db, transfer_from, hkey, wkey) if transfer else 0
+    transferred = _pretrain(cost_model, db, transfer_from, hw, wkey) if transfer else 0
     space = DesignSpace(func, hw)
     init_ray(address)
     evaluator = LocalEvaluator(space) if workers == 0 else RayEvaluator(space, workers)
@@ -344,8 +347,10 @@ def tune(
         evaluator.close()
 
 
-def _pretrain(cost_model: Any, db: Any, sources: Sequence[str | os.PathLike], hkey: str, wkey: str) -> int:
-    """Pre-train ``cost_model`` on other workloads' records of hardware ``hkey`` in ``db`` and in
+def _pretrain(
+    cost_model: CostModel, db: Database, sources: Sequence[str | os.PathLike], hw: Hardware, wkey: str
+) -> int:
+    """Pre-train ``cost_model`` on other workloads' records of hardware ``hw`` in ``db`` and in
     the databases at ``sources``; returns how many records it learned from."""
     from .cost_model import transfer_data
     from .database import Database, DatabaseError
@@ -358,26 +363,24 @@ def _pretrain(cost_model: Any, db: Any, sources: Sequence[str | os.PathLike], hk
             dbs.append(Database.open_existing(path))
         except DatabaseError as err:
             raise TuneError(f"tune: transfer_from: {err}") from None
-    return cost_model.pretrain(transfer_data(dbs, hkey, wkey))
+    return cost_model.pretrain(transfer_data(dbs, hw, wkey))
 
 
-def _build(func: PrimFunc, hw: Any, trace: Trace) -> Any:
-    from ..codegen.llvm import resolve_target
-    from ..runtime import build
-
-    sch = Schedule(func, check=False)
+def _build(func: PrimFunc, hw: Hardware, trace: Trace) -> Module:
+    sch = Schedule(func, check=False, hardware=hw)
     trace.apply(sch)
-    return build(sch.func, resolve_target(hw).with_fp_contract())
+    return build(sch.func, hw.with_fp_contract())
 
 
-def compile_best(func: Any, hardware: Any, work_dir: str | os.PathLike) -> Any:
+def compile_best(
+    func: PrimFunc | Workload, hardware: Hardware | str | os.PathLike, work_dir: str | os.PathLike
+) -> Module:
     """The compiled module of the best record of ``func`` (a PrimFunc or workload) for ``hardware``
     in ``work_dir``'s database; TuneError when there is none."""
-    from .. import hardware as hwmod
     from .database import Database, hardware_key, workload_key
 
     func, _, name = _resolve(func)
-    hw = hwmod.load(hardware)
+    hw = load(hardware)
     db = Database(work_dir)
     best = db.best(workload_key(func), hardware_key(hw), 1)
     if not best:

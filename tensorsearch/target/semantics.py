@@ -47,8 +47,8 @@ from ..ir import (
 from ..ir.dtype import int32
 
 if TYPE_CHECKING:
-    from ..hardware import _Ctx
-    from .schema import Iterator, Operand
+    from .intrinsics import Iterator, Operand
+    from .reader import Ctx
 
 _FUNCS = ("cast", "min", "max")
 
@@ -74,7 +74,7 @@ def _is_dtype(name: str) -> bool:
 
 
 class _Builder:
-    def __init__(self, text: str, operands: tuple[Operand, ...], iterators: tuple[Iterator, ...], ctx: _Ctx):
+    def __init__(self, text: str, operands: tuple[Operand, ...], iterators: tuple[Iterator, ...], ctx: Ctx):
         self.text = text
         self.ctx = ctx
         self.operands = {o.name: o for o in operands}
@@ -336,7 +336,7 @@ class _Builder:
 
 
 def build_semantics(
-    text: str, operands: tuple[Operand, ...], iterators: tuple[Iterator, ...], name: str, ctx: _Ctx
+    text: str, operands: tuple[Operand, ...], iterators: tuple[Iterator, ...], name: str, ctx: Ctx
 ) -> SemanticsIR:
     """Check ``text`` against the declared operands and iterators and build its one-block PrimFunc."""
     return _Builder(text, operands, iterators, ctx).build(name)

@@ -41,17 +41,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir import Var
-from .matcher import Mapping, fused_index, group_split_map, match
-from .schema import Intrinsic
+from ..target.intrinsics import Intrinsic
+from ..target.matcher import Mapping, fused_index, group_split_map, match
+from .errors import InvalidArgument, ScheduleError
+from .rv import BlockRV, LoopRV
 
-if TYPE_CHECKING:  # the schedule package is imported lazily (it may import this package)
-    from ..schedule import BlockRV, LoopRV, Schedule
+if TYPE_CHECKING:
+    from .schedule import Schedule
 
 __all__ = ["tile_with_intrin"]
 
 
 def _access(sch: Schedule, block: BlockRV, buffer_prefix: str, written: bool) -> tuple[str, int]:
-    from ..schedule import InvalidArgument
 
     blk = sch.get(block)
     regions = blk.writes if written else blk.reads
@@ -82,7 +83,6 @@ def tile_with_intrin(
     and the matcher's reasons when no mapping applies; on any failure the schedule is left as it
     was.
     """
-    from ..schedule import InvalidArgument, ScheduleError
 
     blk = sch.get(block)
     report = match(sch.func, blk.name, intrin)
@@ -117,7 +117,6 @@ def tile_with_intrin(
 def _split_groups(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping) -> Mapping:
     """Split the grouped iterator (``transform_block_layout``, grouped convolution's ``cc`` into
     ``(cc // 32, cc % 32)``) and return the split block's mapping that maps the same iterators."""
-    from ..schedule import InvalidArgument
 
     name, size = mapping.split
     sch.transform_block_layout(block, group_split_map(sch.get(block), name, size))
@@ -146,7 +145,6 @@ def _merge_map(dims: tuple[str, ...], groups: list[tuple[str, ...]], extents: di
 def _fuse(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping) -> Mapping:
     """Merge the block's fused iterators into one (``transform_block_layout``, see the module
     docstring) and return the unfused mapping of the merged block that maps the same iterators."""
-    from ..schedule import InvalidArgument
 
     extents = {name: ext for name, ext, _ in mapping.block_iters}
     groups = [m.workload_iters for m in mapping.iterators if m.fused]
@@ -177,7 +175,6 @@ def _inline_copies(sch: Schedule, copies: list[BlockRV]) -> None:
     """Inline each staged copy into the padding copy that ``pad_einsum`` made of it, so an operand
     is gathered and padded in one pass (``A_reindex_pad[k] = Select(k < 27, A[k // 9, ...], 0)``);
     a copy that cannot be inlined stays (the schedule is unchanged by the refusal)."""
-    from ..schedule import ScheduleError
 
     for rb in copies:
         try:
@@ -191,7 +188,6 @@ def _group(name: str, groups: list[tuple[str, ...]]) -> tuple[str, ...]:
 
 
 def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping, decompose_init: bool) -> BlockRV:
-    from ..schedule import InvalidArgument
 
     stage = [o for o in mapping.operands if o.needs_transform]
     staged: dict[str, str] = {}

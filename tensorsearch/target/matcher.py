@@ -60,7 +60,7 @@ from ..ir import (
 )
 from ..ir.dtype import bool_
 from ..ir.functor import Mutator
-from .schema import Intrinsic, Operand
+from .intrinsics import Intrinsic, Operand
 
 __all__ = ["IterMapping", "MatchReport", "Mapping", "OperandPlan", "Rejection", "find_block", "match"]
 

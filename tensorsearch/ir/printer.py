@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import fields
 from typing import Any
 
-from ..ir.dtype import DataType, int32
-from ..ir.expr import (
+from .dtype import DataType, int32
+from .expr import (
     EQ,
     GE,
     GT,
@@ -50,7 +50,7 @@ from ..ir.expr import (
     Sub,
     Var,
 )
-from ..ir.stmt import (
+from .stmt import (
     TRUE,
     Allocate,
     Block,

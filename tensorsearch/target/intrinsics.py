@@ -16,22 +16,37 @@ what was found. Files are found on :func:`search_path` and loaded once per (path
 
 from __future__ import annotations
 
+import dataclasses
 import functools
+import hashlib
 import keyword
 import os
 import re
 import string
-import sys
 from collections.abc import Callable, Mapping
 from collections.abc import Iterator as _It
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .. import hardware as _hw
-from ..hardware import HardwareError, _Ctx, _parse_mapping
 from ..ir import Block, Buffer, DataType, IterType, PrimFunc, parse_dtype
+from .reader import (
+    KNOWN_ARCHES,
+    NAME_RE,
+    SCOPE_RE,
+    Ctx,
+    HardwareError,
+    parse_compute_capability,
+    parse_features,
+    parse_mapping,
+    read_text,
+    read_yaml,
+    search_path,
+)
 from .semantics import SemanticsIR, build_semantics
+
+if TYPE_CHECKING:
+    from .hardware import Hardware
 
 __all__ = [
     "CudaImpl",
@@ -48,7 +63,7 @@ __all__ = [
     "find",
     "load_intrinsic",
     "parse_set",
-    "search_path",
+    "resolve_sets",
 ]
 
 
@@ -147,13 +162,16 @@ class LLVMArg:
 
 @dataclass(frozen=True)
 class LLVMImpl:
-    """``store = intrinsic(args...)``: the result (type ``returns``) is stored over operand ``store``."""
+    """``store = intrinsic(args...)``: the result (type ``returns``) is stored over operand ``store``;
+    with ``accumulate``, ``store = store + intrinsic(args...)`` (for an instruction that does not
+    accumulate itself, such as ``pmaddwd``)."""
 
     intrinsic: str
     args: tuple[LLVMArg, ...]
     returns: DataType
     store: str
     kind: str = "llvm"
+    accumulate: bool = False
 
     @property
     def signature(self) -> tuple[DataType, tuple[DataType, ...]]:
@@ -203,7 +221,7 @@ class Requirements:
     features: tuple[str, ...] = ()
     compute_capability: tuple[int, int] | None = None
 
-    def why_not(self, hw: Any) -> str | None:
+    def why_not(self, hw: Hardware) -> str | None:
         """None when ``hw`` (a Hardware) meets the requirements, else the reason in words."""
         kind = "cpu" if self.target == "llvm" else "gpu"
         if hw.kind != kind:
@@ -263,6 +281,13 @@ class Intrinsic:
     source: str | None = field(default=None, compare=False)
     ir: SemanticsIR | None = field(default=None, compare=False, repr=False)
 
+    @functools.cached_property
+    def digest(self) -> str:
+        """16 hex digits of SHA-256 over the definition (every compared field): traces record it,
+        so a replay can tell that an intrinsic of the same name was defined differently."""
+        fields = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.compare}
+        return hashlib.sha256(repr(sorted(fields.items())).encode()).hexdigest()[:16]
+
     # operands and iterators ----------------------------------------------------------
     def operand(self, name: str) -> Operand:
         for o in self.operands:
@@ -317,9 +342,8 @@ class Intrinsic:
         return dict(self._ir().buffers)
 
     # targets ---------------------------------------------------------------------------
-    def why_not(self, hw: Any) -> str | None:
-        """None when ``hw`` (a Hardware or a name/path for ``hardware.load``) can run it, else why not."""
-        hw = _hw.load(hw)
+    def why_not(self, hw: Hardware) -> str | None:
+        """None when ``hw`` can run it, else why not."""
         reason = self.requires.why_not(hw)
         if reason is not None:
             return f"{self.name}: {reason}"
@@ -328,7 +352,7 @@ class Intrinsic:
                 return f"{self.name}: operand {o.name} is in scope {o.scope}, which {hw.name} does not have"
         return None
 
-    def for_target(self, hw: Any) -> bool:
+    def for_target(self, hw: Hardware) -> bool:
         """Whether ``hw`` can run this intrinsic (see :meth:`why_not`)."""
         return self.why_not(hw) is None
 
@@ -372,27 +396,27 @@ class IntrinsicSet:
 # Field parsers (value, ctx) -> value
 
 
-_Parser = Callable[[Any, _Ctx], Any]
+_Parser = Callable[[Any, Ctx], Any]
 _IDENT_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _INTRIN_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.]*$")
 _LLVM_NAME_RE = re.compile(r"^llvm(\.[A-Za-z0-9_]+)+$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9_./-]+$")
 
 
-def _str(value: Any, ctx: _Ctx) -> str:
+def _str(value: Any, ctx: Ctx) -> str:
     if not isinstance(value, str):
         raise ctx.fail("a string", value)
     return value
 
 
-def _nonempty_str(value: Any, ctx: _Ctx) -> str:
+def _nonempty_str(value: Any, ctx: Ctx) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ctx.fail("a non-empty string", value)
     return value
 
 
 def _regex(pattern: re.Pattern[str], what: str) -> _Parser:
-    def parse(value: Any, ctx: _Ctx) -> str:
+    def parse(value: Any, ctx: Ctx) -> str:
         if not isinstance(value, str) or not pattern.match(value):
             raise ctx.fail(what, value)
         return value
@@ -400,7 +424,7 @@ def _regex(pattern: re.Pattern[str], what: str) -> _Parser:
     return parse
 
 
-def _ident(value: Any, ctx: _Ctx) -> str:
+def _ident(value: Any, ctx: Ctx) -> str:
     expected = "a name that is a Python identifier (letters, digits, '_'), not a keyword, type or function name"
     if not isinstance(value, str) or not _IDENT_RE.match(value) or keyword.iskeyword(value):
         raise ctx.fail(expected, value)
@@ -417,7 +441,7 @@ def _is_dtype(text: str) -> bool:
     return True
 
 
-def _dtype(value: Any, ctx: _Ctx) -> DataType:
+def _dtype(value: Any, ctx: Ctx) -> DataType:
     expected = "a data type such as int8, uint8, int32, float16 or float32"
     if not isinstance(value, str) or not _is_dtype(value):
         raise ctx.fail(expected, value)
@@ -427,7 +451,7 @@ def _dtype(value: Any, ctx: _Ctx) -> DataType:
     return t
 
 
-def _vector_dtype(value: Any, ctx: _Ctx) -> DataType:
+def _vector_dtype(value: Any, ctx: Ctx) -> DataType:
     expected = "a scalar or vector data type such as int32, int8x64 or int32x16"
     if not isinstance(value, str) or not _is_dtype(value) or parse_dtype(value).is_handle:
         raise ctx.fail(expected, value)
@@ -435,7 +459,7 @@ def _vector_dtype(value: Any, ctx: _Ctx) -> DataType:
 
 
 def _pos_int(what: str) -> _Parser:
-    def parse(value: Any, ctx: _Ctx) -> int:
+    def parse(value: Any, ctx: Ctx) -> int:
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ctx.fail(what, value)
         return value
@@ -443,14 +467,14 @@ def _pos_int(what: str) -> _Parser:
     return parse
 
 
-def _bool(value: Any, ctx: _Ctx) -> bool:
+def _bool(value: Any, ctx: Ctx) -> bool:
     if not isinstance(value, bool):
         raise ctx.fail("true or false", value)
     return value
 
 
 def _one_of(options: tuple[str, ...]) -> _Parser:
-    def parse(value: Any, ctx: _Ctx) -> str:
+    def parse(value: Any, ctx: Ctx) -> str:
         if value not in options:
             raise ctx.fail("one of " + ", ".join(options), value)
         return value
@@ -458,7 +482,7 @@ def _one_of(options: tuple[str, ...]) -> _Parser:
     return parse
 
 
-def _shape(value: Any, ctx: _Ctx) -> tuple[int, ...]:
+def _shape(value: Any, ctx: Ctx) -> tuple[int, ...]:
     expected = "a shape: a non-empty list of positive integers such as [16, 4]"
     if not isinstance(value, list) or not value:
         raise ctx.fail(expected, value)
@@ -468,24 +492,24 @@ def _shape(value: Any, ctx: _Ctx) -> tuple[int, ...]:
     return tuple(value)
 
 
-def _row_stride(value: Any, ctx: _Ctx) -> str | int:
+def _row_stride(value: Any, ctx: Ctx) -> str | int:
     if value == "any" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
     raise ctx.fail('"any" or a positive integer row stride in elements', value)
 
 
-def _alignment(value: Any, ctx: _Ctx) -> int:
+def _alignment(value: Any, ctx: Ctx) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
         raise ctx.fail("a power of two number of bytes", value)
     return value
 
 
-def _scope(value: Any, ctx: _Ctx) -> str:
-    return _regex(_hw._SCOPE_RE, "a memory scope such as global, shared or wmma.matrix_a")(value, ctx)
+def _scope(value: Any, ctx: Ctx) -> str:
+    return _regex(SCOPE_RE, "a memory scope such as global, shared or wmma.matrix_a")(value, ctx)
 
 
 def _list_of(item: _Parser, what: str, nonempty: bool = True) -> _Parser:
-    def parse(value: Any, ctx: _Ctx) -> tuple[Any, ...]:
+    def parse(value: Any, ctx: Ctx) -> tuple[Any, ...]:
         if not isinstance(value, list) or (nonempty and not value):
             raise ctx.fail(what, value)
         return tuple(item(v, ctx.child(f"[{i}]")) for i, v in enumerate(value))
@@ -494,13 +518,13 @@ def _list_of(item: _Parser, what: str, nonempty: bool = True) -> _Parser:
 
 
 def _mapping(fields: dict[str, tuple[_Parser, bool]], what: str) -> _Parser:
-    def parse(value: Any, ctx: _Ctx) -> dict[str, Any]:
-        return _parse_mapping(value, ctx, fields, what)
+    def parse(value: Any, ctx: Ctx) -> dict[str, Any]:
+        return parse_mapping(value, ctx, fields, what)
 
     return parse
 
 
-def _raw(value: Any, ctx: _Ctx) -> Any:
+def _raw(value: Any, ctx: Ctx) -> Any:
     return value
 
 
@@ -518,8 +542,8 @@ _OPERAND_FIELDS: dict[str, tuple[_Parser, bool]] = {
 }
 
 
-def _operand(value: Any, ctx: _Ctx) -> Operand:
-    f = _parse_mapping(value, ctx, _OPERAND_FIELDS, "an operand mapping")
+def _operand(value: Any, ctx: Ctx) -> Operand:
+    f = parse_mapping(value, ctx, _OPERAND_FIELDS, "an operand mapping")
     f.pop("description", None)
     op = Operand(**f)
     if op.contiguous and op.row_stride is not None:
@@ -547,17 +571,17 @@ _ITERATOR_FIELDS: dict[str, tuple[_Parser, bool]] = {
 }
 
 
-def _iterator(value: Any, ctx: _Ctx) -> Iterator:
-    f = _parse_mapping(value, ctx, _ITERATOR_FIELDS, "an iterator mapping")
+def _iterator(value: Any, ctx: Ctx) -> Iterator:
+    f = parse_mapping(value, ctx, _ITERATOR_FIELDS, "an iterator mapping")
     return Iterator(f["name"], IterType(f["kind"]), f["extent"])
 
 
-def _features(value: Any, ctx: _Ctx) -> tuple[str, ...]:
-    return _hw._features(value, ctx)
+def _features(value: Any, ctx: Ctx) -> tuple[str, ...]:
+    return parse_features(value, ctx)
 
 
-def _arches(value: Any, ctx: _Ctx) -> tuple[str, ...]:
-    arches = _list_of(_one_of(_hw._KNOWN_ARCHES), "a list of architectures such as [x86_64]")(value, ctx)
+def _arches(value: Any, ctx: Ctx) -> tuple[str, ...]:
+    arches = _list_of(_one_of(KNOWN_ARCHES), "a list of architectures such as [x86_64]")(value, ctx)
     return arches
 
 
@@ -566,7 +590,7 @@ _LLVM_REQ_FIELDS: dict[str, tuple[_Parser, bool]] = {
     "features": (_features, False),
 }
 _CUDA_REQ_FIELDS: dict[str, tuple[_Parser, bool]] = {
-    "compute_capability": (_hw._compute_capability, True),
+    "compute_capability": (parse_compute_capability, True),
 }
 
 _FRAGMENT_FIELDS: dict[str, tuple[_Parser, bool]] = {
@@ -591,6 +615,7 @@ _LLVM_FIELDS: dict[str, tuple[_Parser, bool]] = {
     "args": (_raw, True),
     "returns": (_vector_dtype, True),
     "store": (_raw, True),
+    "accumulate": (_bool, False),
 }
 _CUDA_FIELDS: dict[str, tuple[_Parser, bool]] = {
     "template": (_nonempty_str, True),
@@ -619,7 +644,7 @@ _UNIT_FIELDS: dict[str, tuple[_Parser, bool]] = {
 
 def _set_fields(target: str) -> dict[str, tuple[_Parser, bool]]:
     fields: dict[str, tuple[_Parser, bool]] = {
-        "name": (_regex(_hw._NAME_RE, "a set name of letters, digits, '.', '_' and '-'"), True),
+        "name": (_regex(NAME_RE, "a set name of letters, digits, '.', '_' and '-'"), True),
         "target": (_one_of(TARGETS), True),
         "requires": (_raw, True),
         "description": (_str, False),
@@ -635,15 +660,15 @@ def _set_fields(target: str) -> dict[str, tuple[_Parser, bool]]:
 # Cross-checks: implementation against operands, units against intrinsics
 
 
-def _operand_ref(value: Any, ctx: _Ctx, operands: dict[str, Operand]) -> Operand:
+def _operand_ref(value: Any, ctx: Ctx, operands: dict[str, Operand]) -> Operand:
     if not isinstance(value, str) or value not in operands:
         known = ", ".join(operands)
         raise ctx.message(f"unknown operand {value!r}; expected one of the intrinsic's operands: {known}", value)
     return operands[value]
 
 
-def _llvm_impl(value: Any, ctx: _Ctx, operands: dict[str, Operand], written: Operand) -> LLVMImpl:
-    f = _parse_mapping(value, ctx, _LLVM_FIELDS, "an LLVM implementation mapping")
+def _llvm_impl(value: Any, ctx: Ctx, operands: dict[str, Operand], written: Operand) -> LLVMImpl:
+    f = parse_mapping(value, ctx, _LLVM_FIELDS, "an LLVM implementation mapping")
     args_ctx = ctx.child("args")
     if not isinstance(f["args"], list) or not f["args"]:
         raise args_ctx.fail("a non-empty list of call arguments", f["args"])
@@ -660,7 +685,12 @@ def _llvm_impl(value: Any, ctx: _Ctx, operands: dict[str, Operand], written: Ope
         raise ctx.child("store").message(
             f"operand {store.name} is stored as one vector, so it must declare contiguous: true", store.name
         )
-    passed = {a.operand for a in args}
+    accumulate = f.get("accumulate", False)
+    if accumulate and store.role != "accumulator":
+        raise ctx.child("accumulate").message(
+            f"accumulate: true adds the result to {store.name}, so {store.name} must have role accumulator", True
+        )
+    passed = {a.operand for a in args} | ({store.name} if accumulate else set())
     for o in operands.values():
         if o.role != "output" and o.name not in passed:
             raise args_ctx.message(
@@ -668,11 +698,11 @@ def _llvm_impl(value: Any, ctx: _Ctx, operands: dict[str, Operand], written: Ope
                 "every input and accumulator operand must be an argument",
                 [a.operand for a in args],
             )
-    return LLVMImpl(f["intrinsic"], args, f["returns"], store.name)
+    return LLVMImpl(f["intrinsic"], args, f["returns"], store.name, accumulate=accumulate)
 
 
-def _llvm_arg(value: Any, ctx: _Ctx, operands: dict[str, Operand]) -> LLVMArg:
-    f = _parse_mapping(value, ctx, _LLVM_ARG_FIELDS, "an argument mapping ({operand, load, then} or {constant, dtype})")
+def _llvm_arg(value: Any, ctx: Ctx, operands: dict[str, Operand]) -> LLVMArg:
+    f = parse_mapping(value, ctx, _LLVM_ARG_FIELDS, "an argument mapping ({operand, load, then} or {constant, dtype})")
     if "operand" in f:
         for bad in ("constant", "dtype"):
             if bad in f:
@@ -703,7 +733,7 @@ def _llvm_arg(value: Any, ctx: _Ctx, operands: dict[str, Operand]) -> LLVMArg:
     raise ctx.message("an argument needs either operand (with load) or constant (with dtype)", value)
 
 
-def _steps(value: Any, ctx: _Ctx, start: DataType) -> tuple[tuple[str, Any], ...]:
+def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]:
     expected = "a list of steps such as [reinterpret: int32, broadcast: 16]"
     if not isinstance(value, list):
         raise ctx.fail(expected, value)
@@ -736,9 +766,9 @@ def _steps(value: Any, ctx: _Ctx, start: DataType) -> tuple[tuple[str, Any], ...
 
 
 def _cuda_impl(
-    value: Any, ctx: _Ctx, operands: dict[str, Operand], includes: tuple[str, ...], fragments: dict
+    value: Any, ctx: Ctx, operands: dict[str, Operand], includes: tuple[str, ...], fragments: dict
 ) -> CudaImpl:
-    f = _parse_mapping(value, ctx, _CUDA_FIELDS, "a CUDA implementation mapping")
+    f = parse_mapping(value, ctx, _CUDA_FIELDS, "a CUDA implementation mapping")
     tctx = ctx.child("template")
     try:
         parsed = list(string.Formatter().parse(f["template"]))
@@ -784,9 +814,9 @@ def _cuda_impl(
 
 
 def _intrinsic(
-    value: Any, ctx: _Ctx, target: str, requires: Requirements, set_name: str, source: str, cuda: dict
+    value: Any, ctx: Ctx, target: str, requires: Requirements, set_name: str, source: str, cuda: dict
 ) -> Intrinsic:
-    f = _parse_mapping(value, ctx, _intrinsic_fields(target), f"an intrinsic mapping (target {target})")
+    f = parse_mapping(value, ctx, _intrinsic_fields(target), f"an intrinsic mapping (target {target})")
     operands: dict[str, Operand] = {}
     for i, o in enumerate(f["operands"]):
         if o.name in operands:
@@ -824,10 +854,10 @@ def _intrinsic(
     )
 
 
-def _unit(value: Any, ctx: _Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
-    f = _parse_mapping(value, ctx, _UNIT_FIELDS, "a unit mapping")
+def _unit(value: Any, ctx: Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
+    f = parse_mapping(value, ctx, _UNIT_FIELDS, "a unit mapping")
 
-    def ref(v: Any, sub: _Ctx) -> Intrinsic:
+    def ref(v: Any, sub: Ctx) -> Intrinsic:
         if not isinstance(v, str) or v not in intrinsics:
             raise sub.message(f"unknown intrinsic {v!r}; this set defines: {', '.join(intrinsics)}", v)
         return intrinsics[v]
@@ -835,7 +865,7 @@ def _unit(value: Any, ctx: _Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
     compute = ref(f["compute"], ctx.child("compute"))
     acc = compute.output
 
-    def same(frag: Any, want: Operand, sub: _Ctx, what: str) -> None:
+    def same(frag: Any, want: Operand, sub: Ctx, what: str) -> None:
         got = (frag.scope, frag.dtype, frag.shape)
         need = (want.scope, want.dtype, want.shape)
         if got != need:
@@ -882,18 +912,18 @@ def _unit(value: Any, ctx: _Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
 
 def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
     """Parse one intrinsic file's YAML text; ``source`` names it in error messages."""
-    data = _hw.read_yaml(text, source, IntrinsicError)
-    ctx = _Ctx(source, "", IntrinsicError)
+    data = read_yaml(text, source, IntrinsicError)
+    ctx = Ctx(source, "", IntrinsicError)
     what = "a YAML mapping (an intrinsic set)"
     target = "llvm"  # the table that reports a missing target (or a non-mapping document)
     if isinstance(data, dict) and "target" in data:
         target = _one_of(TARGETS)(data["target"], ctx.child("target"))
-    f = _parse_mapping(data, ctx, _set_fields(target), what)
+    f = parse_mapping(data, ctx, _set_fields(target), what)
     if source != "<string>" and Path(source).stem != f["name"]:
         raise ctx.child("name").fail(f"{Path(source).stem!r}, the file's name without .yaml", f["name"])
     rctx = ctx.child("requires")
     table = _LLVM_REQ_FIELDS if target == "llvm" else _CUDA_REQ_FIELDS
-    req = _parse_mapping(f["requires"], rctx, table, f"a mapping of requirements for target {target}")
+    req = parse_mapping(f["requires"], rctx, table, f"a mapping of requirements for target {target}")
     requires = Requirements(target, **req)
     cuda = {"includes": (), "fragments": {}}
     if target == "cuda":
@@ -951,33 +981,10 @@ def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
 # Finding and loading files
 
 
-def search_path(near: str | os.PathLike[str] | None = None) -> list[Path]:
-    """Directories searched for ``<set>.yaml``, in order (existing ones only).
-
-    ``near`` (a hardware file's directory) first adds ``near/intrinsics`` and
-    ``near/../intrinsics``; then ``TENSORSEARCH_INTRINSICS_PATH`` (``os.pathsep``-separated), the
-    repository's ``intrinsics/`` and ``<sys.prefix>/share/tensorsearch/intrinsics``.
-    """
-    dirs: list[Path] = []
-    if near is not None:
-        dirs += [Path(near) / "intrinsics", Path(near).parent / "intrinsics"]
-    env = os.environ.get("TENSORSEARCH_INTRINSICS_PATH")
-    if env:
-        dirs += [Path(p) for p in env.split(os.pathsep) if p]
-    dirs.append(Path(__file__).resolve().parent.parent.parent / "intrinsics")
-    dirs.append(Path(sys.prefix) / "share" / "tensorsearch" / "intrinsics")
-    seen: list[Path] = []
-    for d in dirs:
-        d = d.resolve() if d.exists() else d
-        if d.is_dir() and d not in seen:
-            seen.append(d)
-    return seen
-
-
 def available(near: str | os.PathLike[str] | None = None) -> list[str]:
     """Names of the intrinsic sets found on :func:`search_path` (first one wins per name)."""
     names: list[str] = []
-    for d in search_path(near):
+    for d in search_path("intrinsics", near):
         for p in sorted(d.glob("*.yaml")):
             if p.stem not in names:
                 names.append(p.stem)
@@ -986,7 +993,7 @@ def available(near: str | os.PathLike[str] | None = None) -> list[str]:
 
 def find(name: str, near: str | os.PathLike[str] | None = None) -> Path | None:
     """The file of set ``name`` on :func:`search_path`, or None."""
-    for d in search_path(near):
+    for d in search_path("intrinsics", near):
         p = d / f"{name}.yaml"
         if p.is_file():
             return p
@@ -995,7 +1002,7 @@ def find(name: str, near: str | os.PathLike[str] | None = None) -> Path | None:
 
 @functools.lru_cache(maxsize=128)
 def _load_file(path: str, mtime_ns: int) -> IntrinsicSet:
-    return parse_set(_hw.read_text(path, IntrinsicError), path)
+    return parse_set(read_text(path, IntrinsicError), path)
 
 
 def _load_path(path: Path) -> IntrinsicSet:
@@ -1030,7 +1037,7 @@ def load_intrinsic(path_or_name: str | os.PathLike[str]) -> IntrinsicSet:
         return _load_path(Path(path_or_name))
     path = find(str(path_or_name))
     if path is None:
-        dirs = ", ".join(str(d) for d in search_path()) or "(none exist)"
+        dirs = ", ".join(str(d) for d in search_path("intrinsics")) or "(none exist)"
         raise IntrinsicError(
             repr(path_or_name),
             "",
@@ -1040,7 +1047,7 @@ def load_intrinsic(path_or_name: str | os.PathLike[str]) -> IntrinsicSet:
     return _load_path(path)
 
 
-def resolve_sets(hw: Any, names: tuple[str, ...], ctx: _Ctx) -> tuple[IntrinsicSet, ...]:
+def resolve_sets(hw: Hardware, names: tuple[str, ...], ctx: Ctx) -> tuple[IntrinsicSet, ...]:
     """Load the sets a hardware descriptor lists (``ctx`` is its ``intrinsics`` key) and check them."""
     near = Path(hw.source).resolve().parent if hw.source and hw.source != "<string>" else None
     sets: list[IntrinsicSet] = []
@@ -1054,7 +1061,7 @@ def resolve_sets(hw: Any, names: tuple[str, ...], ctx: _Ctx) -> tuple[IntrinsicS
         else:
             found = find(name, near)
             if found is None:
-                dirs = ", ".join(str(d) for d in search_path(near)) or "(none exist)"
+                dirs = ", ".join(str(d) for d in search_path("intrinsics", near)) or "(none exist)"
                 known = ", ".join(available(near)) or "(none)"
                 raise sub.message(f"unknown intrinsic set {name!r}; known sets: {known}; searched {dirs}", name)
             path = found
@@ -1072,8 +1079,8 @@ def resolve_sets(hw: Any, names: tuple[str, ...], ctx: _Ctx) -> tuple[IntrinsicS
                     )
             if intr.name in seen:
                 raise sub.message(
-                    f"intrinsic {intr.name} is defined by both set {seen[intr.name]} and {iset.name}", name
+                    f"intrinsic {intr.name} is defined twice: in {seen[intr.name]} and in {iset.source}", name
                 )
-            seen[intr.name] = iset.name
+            seen[intr.name] = str(iset.source)
         sets.append(iset)
     return tuple(sets)

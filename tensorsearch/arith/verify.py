@@ -19,9 +19,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .expr import BufferLoad, Node, PrimExpr, Range, Var
-from .functor import Visitor, children
-from .stmt import Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IterType, PrimFunc
+from ..ir.expr import BufferLoad, Node, PrimExpr, Range, Var
+from ..ir.functor import Visitor, children
+from ..ir.stmt import Allocate, Block, BlockRealize, Buffer, BufferRegion, BufferStore, For, IterType, PrimFunc
+from .int_set import eval_int_set
+from .simplify import can_prove
 
 
 class VerifyError(ValueError):
@@ -179,7 +181,6 @@ class _Verifier(Visitor):
                     )
 
     def check_regions(self, block: Block) -> None:
-        from .. import arith
 
         reads: dict[Buffer, list[BufferRegion]] = {}
         writes: dict[Buffer, list[BufferRegion]] = {}
@@ -200,19 +201,19 @@ class _Verifier(Visitor):
                 raise VerifyError(
                     f"block {block.name} {kind} buffer {buf.name} but does not declare it in its {kind} regions"
                 )
-            if not any(_inside(access.indices, region, loops, {**dom, **loops}, arith) for region in allowed):
+            if not any(_inside(access.indices, region, loops, {**dom, **loops}) for region in allowed):
                 idx = ", ".join(str(i) for i in access.indices)
                 raise VerifyError(f"block {block.name} {kind} {buf.name}[{idx}] outside its declared {kind} regions")
 
 
 def _inside(
-    indices: tuple[PrimExpr, ...], region: BufferRegion, loops: dict[Var, Range], env: dict[Var, Range], arith: Any
+    indices: tuple[PrimExpr, ...], region: BufferRegion, loops: dict[Var, Range], env: dict[Var, Range]
 ) -> bool:
     """Whether every index, relaxed over the loops inside the block, provably lies in ``region``."""
     for index, rng in zip(indices, region.region, strict=True):
-        s = arith.eval_int_set(index, loops)
-        lo_ok = arith.can_prove(s.min_value >= rng.min, env)
-        hi_ok = arith.can_prove(s.max_value < rng.min + rng.extent, env)
+        s = eval_int_set(index, loops)
+        lo_ok = can_prove(s.min_value >= rng.min, env)
+        hi_ok = can_prove(s.max_value < rng.min + rng.extent, env)
         if not (lo_ok and hi_ok):
             return False
     return True

@@ -1,0 +1,614 @@
+"""Hardware descriptions: what a program is compiled for and tuned to.
+
+A descriptor is a small YAML file (``hardware/<name>.yaml`` at the repository root)::
+
+    name: x86-znver4
+    kind: cpu                      # "cpu" or "gpu"
+    triple: x86_64-unknown-linux-gnu
+    cpu: znver4                    # LLVM CPU name
+    features: [+avx2, +fma, +avx512f, +avx512vnni]   # LLVM target features, "+x" or "-x"
+    cores: 2
+    vector_bits: 512               # widest SIMD register
+    caches: {l1d: 32 KiB, l2: 1 MiB, l3: 32 MiB}      # bytes: an integer, or a number with K/KiB/M/MiB/G/GiB
+    intrinsics: [x86-avx512-vnni]  # optional: intrinsic sets offered (intrinsics/<set>.yaml)
+    gpu: {...}                     # required for kind gpu, forbidden for cpu (see _GPU_FIELDS)
+    description: free text         # optional
+
+For a GPU, ``cores`` counts streaming multiprocessors, ``caches.l3`` may be omitted, and ``gpu``
+gives the compute capability, warp size, thread/block limits, shared memory, registers and the
+memory scopes. ``intrinsics`` names intrinsic sets (``tensorsearch.intrin``); each is loaded,
+validated, checked against this target (architecture, features, compute capability, scopes) and
+exposed as :attr:`Hardware.intrinsic_sets` / :attr:`Hardware.intrinsics`. The full schema is in
+docs/hardware-yaml.md.
+
+YAML is read in exactly one place (:func:`read_yaml`, through ``yaml.safe_load``; the intrinsic
+files of ``tensorsearch.intrin`` are read through it too); :func:`parse` builds the frozen,
+hashable :class:`Hardware` dataclass, so a descriptor can key caches of compiled modules. Every
+mistake raises :class:`HardwareError` naming the file, the key path (``caches.l2``), what was
+expected and what was found; unknown keys are errors too (listing the known ones), so a typo never
+silently falls back to a default. The schema is a table (:data:`_FIELDS`, :data:`_CACHE_FIELDS`) of
+parsers, so later issues (intrinsic sets, GPU fields) add rows rather than code paths.
+
+:func:`load` takes a :class:`Hardware` (returned as is), ``"host"`` (see :func:`host`), a path to a
+YAML file, or a shipped descriptor's name. Names are looked up, in order, in the directories of the
+``TENSORSEARCH_HARDWARE_PATH`` environment variable (``os.pathsep``-separated), in ``hardware/``
+next to the package (a source checkout or an editable install), and in
+``<sys.prefix>/share/tensorsearch/hardware`` (where a wheel installs them as data files; see
+:func:`search_path`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import re
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import llvmlite.binding as llvm
+
+from .intrinsics import Intrinsic, IntrinsicSet, load_intrinsic, resolve_sets
+from .intrinsics import available as available_sets
+from .reader import (
+    KNOWN_ARCHES,
+    MISSING,
+    NAME_RE,
+    SCOPE_RE,
+    Ctx,
+    HardwareError,
+    parse_compute_capability,
+    parse_features,
+    parse_mapping,
+    parse_size,
+    positive_int,
+    read_text,
+    read_yaml,
+    search_path,
+    string_field,
+)
+
+__all__ = [
+    "GPU",
+    "Caches",
+    "Hardware",
+    "HardwareError",
+    "HardwareWarning",
+    "available",
+    "host",
+    "SearchSpec",
+    "arch_of",
+    "host_triple",
+    "load",
+    "parse",
+    "resolve",
+]
+
+
+class HardwareWarning(UserWarning):
+    """The host CPU matches no shipped descriptor, so one was derived from what the CPU reports."""
+
+
+@dataclass(frozen=True)
+class Caches:
+    """Data cache sizes in bytes, per core for L1d and L2, per (shared) L3 slice for L3."""
+
+    l1d: int
+    l2: int
+    l3: int = 0  # 0: none (GPUs); required for CPUs
+
+
+@dataclass(frozen=True)
+class GPU:
+    """The GPU part of a descriptor (``gpu:``); sizes in bytes, counts per block unless named."""
+
+    compute_capability: tuple[int, int]
+    warp_size: int
+    max_threads_per_block: int
+    max_shared_memory_per_block: int
+    registers_per_block: int
+    registers_per_thread: int
+    memory_scopes: tuple[str, ...]
+    max_threads_per_sm: int | None = None
+    max_shared_memory_per_block_optin: int | None = None
+    shared_memory_per_sm: int | None = None
+
+    @property
+    def sm(self) -> str:
+        """The architecture name nvcc and LLVM use: ``sm_86`` for compute capability 8.6."""
+        return f"sm_{self.compute_capability[0]}{self.compute_capability[1]}"
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    """The ``search:`` section: schedule rules (name, parameters) in the order they apply.
+
+    Names and parameters are those of ``tensorsearch.search.space.RULES`` (checked there, when a
+    design space is made); an empty tuple means the defaults for the descriptor's kind."""
+
+    rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """A validated hardware descriptor; frozen and hashable."""
+
+    name: str
+    kind: str
+    triple: str
+    cpu: str
+    features: tuple[str, ...]
+    cores: int
+    vector_bits: int
+    caches: Caches
+    description: str = ""
+    source: str | None = field(default=None, compare=False)
+    note: str | None = field(default=None, compare=False)
+    gpu: GPU | None = None
+    intrinsic_sets: tuple[IntrinsicSet, ...] = ()  # in the order listed
+    search: SearchSpec | None = None  # the ``search:`` section: the auto-scheduler's rules
+    # contract ``a * b + c`` (and ``a * b - c``, ``c - a * b``) in float32/float64 into
+    # ``llvm.fmuladd``, which LLVM turns into one FMA instruction: one rounding instead of two,
+    # so results can differ from the interpreter in the last bit (C's -ffp-contract=on)
+    # (a compile option, not part of the descriptor: ``metadata`` keeps it out of the database's hardware key)
+    fp_contract: bool = field(default=False, metadata={"descriptor": False})
+
+    @property
+    def intrinsics(self) -> tuple[Intrinsic, ...]:
+        """Every intrinsic of the offered sets, in order."""
+        return tuple(i for s in self.intrinsic_sets for i in s.intrinsics)
+
+    def intrinsic(self, name: str) -> Intrinsic:
+        """The offered intrinsic called ``name``; KeyError listing the offered ones otherwise."""
+        for i in self.intrinsics:
+            if i.name == name:
+                return i
+        offered = ", ".join(i.name for i in self.intrinsics) or "(none)"
+        raise KeyError(f"hardware {self.name} offers no intrinsic {name!r}; it offers: {offered}")
+
+    def with_fp_contract(self, on: bool = True) -> Hardware:
+        """This descriptor with ``a * b + c`` contraction into FMA switched on (or off)."""
+        return dataclasses.replace(self, fp_contract=on)
+
+    @property
+    def l3_bytes(self) -> int | None:
+        """The L3 size in bytes, None when the descriptor has none (GPUs)."""
+        return self.caches.l3 or None
+
+    @property
+    def runs_here(self) -> bool:
+        """Whether code for this descriptor can run on this machine: the same architecture, and no
+        feature it enables that this CPU reports it lacks (AVX-512 code on an AVX2 CPU would die
+        of an illegal instruction)."""
+        triple, _, _ = _host_info()
+        return arch_of(self.triple) == arch_of(triple) and self.kind == "cpu" and not self.missing_here()
+
+    def missing_here(self) -> list[str]:
+        """The features this descriptor enables that this CPU reports as absent."""
+        absent = _host_absent_features()
+        return [f for f in self.features if f.startswith("+") and f[1:] in absent]
+
+    @property
+    def memory_scopes(self) -> tuple[str, ...]:
+        """Storage scopes buffers may live in: the GPU's list, or ("global", "local") on a CPU."""
+        return self.gpu.memory_scopes if self.gpu is not None else ("global", "local")
+
+    @property
+    def feature_string(self) -> str:
+        """The features joined with commas, as LLVM's ``create_target_machine(features=...)`` wants."""
+        return ",".join(self.features)
+
+    @property
+    def arch(self) -> str:
+        """The triple's architecture component (``x86_64``, ``aarch64``, ...)."""
+        return self.triple.split("-", 1)[0]
+
+    def has_feature(self, name: str) -> bool:
+        """Whether ``+name`` (the leading ``+`` is optional) is among the enabled features."""
+        return ("+" + name.lstrip("+")) in self.features
+
+    def vector_lanes(self, bits_per_element: int) -> int:
+        """How many elements of that width fit in one vector register (at least 1)."""
+        return max(1, self.vector_bits // bits_per_element)
+
+
+_CPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+_TRIPLE_RE = re.compile(r"^([a-z0-9_]+)-([a-z0-9_]+)-([a-z0-9_]+)(-[a-z0-9_]+)?$")
+
+
+# --------------------------------------------------------------------------------------------
+# The schema: one parser per key. A parser gets (value, ctx) and returns the field's value or
+# raises HardwareError through ctx.fail. Later issues extend these tables.
+
+
+def _kind(value: Any, ctx: Ctx) -> str:
+    if value not in ("cpu", "gpu"):
+        raise ctx.fail('"cpu" or "gpu"', value)
+    return value
+
+
+def _triple(value: Any, ctx: Ctx) -> str:
+    expected = f"an LLVM target triple arch-vendor-os[-env] with arch one of {', '.join(KNOWN_ARCHES)}"
+    if not isinstance(value, str):
+        raise ctx.fail(expected, value)
+    m = _TRIPLE_RE.match(value)
+    if m is None or m.group(1) not in KNOWN_ARCHES:
+        raise ctx.fail(expected, value)
+    return value
+
+
+def _vector_bits(value: Any, ctx: Ctx) -> int:
+    expected = "a power of two between 32 and 4096 (the widest SIMD register in bits)"
+    if isinstance(value, bool) or not isinstance(value, int) or not 32 <= value <= 4096 or value & (value - 1):
+        raise ctx.fail(expected, value)
+    return value
+
+
+def _caches(value: Any, ctx: Ctx) -> Caches:
+    return Caches(**parse_mapping(value, ctx, _CACHE_FIELDS, "a mapping of cache sizes"))
+
+
+def _power_of_two(what: str) -> Callable[[Any, Ctx], int]:
+    def parse_pow2(value: Any, ctx: Ctx) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1 or value & (value - 1):
+            raise ctx.fail(what, value)
+        return value
+
+    return parse_pow2
+
+
+def _scopes(value: Any, ctx: Ctx) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value:
+        raise ctx.fail("a non-empty list of memory scope names such as [global, shared, local]", value)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not SCOPE_RE.match(item):
+            raise ctx.child(f"[{i}]").fail("a scope name such as shared or wmma.matrix_a", item)
+        if item in out:
+            raise ctx.child(f"[{i}]").fail("each scope once", item)
+        out.append(item)
+    if "global" not in out:
+        raise ctx.fail('a list that includes "global"', value)
+    return tuple(out)
+
+
+def _gpu(value: Any, ctx: Ctx) -> GPU:
+    gpu = GPU(**parse_mapping(value, ctx, _GPU_FIELDS, "a mapping of GPU properties"))
+    if gpu.max_threads_per_block % gpu.warp_size:
+        raise ctx.child("max_threads_per_block").fail(
+            f"a multiple of the warp size {gpu.warp_size}", gpu.max_threads_per_block
+        )
+    optin = gpu.max_shared_memory_per_block_optin
+    if optin is not None and optin < gpu.max_shared_memory_per_block:
+        raise ctx.child("max_shared_memory_per_block_optin").fail(
+            f"at least max_shared_memory_per_block ({gpu.max_shared_memory_per_block} bytes)", optin
+        )
+    return gpu
+
+
+_SETNAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9._/-]*$")
+
+
+def _intrinsic_names(value: Any, ctx: Ctx) -> tuple[str, ...]:
+    expected = "an intrinsic set: a name (intrinsics/<name>.yaml) or a path ending in .yaml"
+    if not isinstance(value, list):
+        raise ctx.fail("a list of intrinsic set names such as [x86-avx512-vnni]", value)
+    out: list[str] = []
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not _SETNAME_RE.match(item):
+            raise ctx.child(f"[{i}]").fail(expected, item)
+        if item in out:
+            raise ctx.child(f"[{i}]").fail("each intrinsic set once", item)
+        out.append(item)
+    return tuple(out)
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _search(value: Any, ctx: Ctx) -> SearchSpec:
+    """``search: {rules: [Name, {Name: {param: value}}, ...]}``, checked for shape here; the rule
+    names and parameters are checked by ``tensorsearch.search`` (the layer that defines the rules)
+    when a design space is made for the descriptor, with the same ``file: search.rules[i]`` location."""
+    if not isinstance(value, dict) or set(value) - {"rules"}:
+        raise ctx.fail("a mapping with the key rules (a list of schedule rules)", value)
+    rules_ctx = ctx.child("rules")
+    items = value.get("rules", [])
+    if not isinstance(items, list):
+        raise rules_ctx.fail("a list of rule names or {name: {parameter: value}} mappings", items)
+    rules = []
+    for pos, item in enumerate(items):
+        ictx = rules_ctx.child(f"[{pos}]")
+        if isinstance(item, str):
+            name, params = item, {}
+        elif isinstance(item, dict) and len(item) == 1:
+            name, params = next(iter(item.items()))
+            params = {} if params is None else params
+        else:
+            raise ictx.fail("a rule name or a one-key mapping {name: {parameter: value}}", item)
+        if not isinstance(name, str):
+            raise ictx.fail("a rule name (a string)", name)
+        if not isinstance(params, dict):
+            raise ictx.child(str(name)).fail("a mapping of parameters", params)
+        rules.append((name, tuple(sorted((k, _freeze(v)) for k, v in params.items()))))
+    return SearchSpec(tuple(rules))
+
+
+def _description(value: Any, ctx: Ctx) -> str:
+    if not isinstance(value, str):
+        raise ctx.fail("a string", value)
+    return value
+
+
+# key -> (parser, required). Order is the documentation order.
+_FIELDS: dict[str, tuple[Callable[[Any, Ctx], Any], bool]] = {
+    "name": (string_field(NAME_RE, "a name of letters, digits, '.', '_' and '-'"), True),
+    "kind": (_kind, True),
+    "triple": (_triple, True),
+    "cpu": (string_field(_CPU_RE, "an LLVM CPU name such as znver4 or neoverse-n1"), True),
+    "features": (parse_features, True),
+    "cores": (positive_int("a positive integer number of cores"), True),
+    "vector_bits": (_vector_bits, True),
+    "caches": (_caches, True),
+    "gpu": (_gpu, False),
+    "intrinsics": (_intrinsic_names, False),
+    "description": (_description, False),
+    "search": (_search, False),
+}
+_CACHE_FIELDS: dict[str, tuple[Callable[[Any, Ctx], Any], bool]] = {
+    "l1d": (parse_size, True),
+    "l2": (parse_size, True),
+    "l3": (parse_size, False),  # required for kind cpu (checked in parse)
+}
+_GPU_FIELDS: dict[str, tuple[Callable[[Any, Ctx], Any], bool]] = {
+    "compute_capability": (parse_compute_capability, True),
+    "warp_size": (_power_of_two("a power of two (threads per warp)"), True),
+    "max_threads_per_block": (positive_int("a positive integer number of threads"), True),
+    "max_shared_memory_per_block": (parse_size, True),
+    "registers_per_block": (positive_int("a positive integer number of 32-bit registers"), True),
+    "registers_per_thread": (positive_int("a positive integer number of 32-bit registers"), True),
+    "memory_scopes": (_scopes, True),
+    "max_threads_per_sm": (positive_int("a positive integer number of threads"), False),
+    "max_shared_memory_per_block_optin": (parse_size, False),
+    "shared_memory_per_sm": (parse_size, False),
+}
+
+
+def parse(text: str, source: str = "<string>") -> Hardware:
+    """Parse one descriptor's YAML text; ``source`` names it in error messages.
+
+    Intrinsic sets named by a path are resolved relative to ``source``'s directory, and sets
+    named by a name are searched next to it first (see ``tensorsearch.intrin.search_path``).
+    """
+    data = read_yaml(text, source)
+    ctx = Ctx(source, "")
+    fields = parse_mapping(data, ctx, _FIELDS, "a YAML mapping (a hardware descriptor)")
+    names = fields.pop("intrinsics", ())
+    hw = Hardware(**fields, source=source)
+    _check_kind(hw, data, ctx)
+    if names:
+        sets = resolve_sets(hw, names, ctx.child("intrinsics"))
+        hw = dataclasses.replace(hw, intrinsic_sets=sets)
+    return hw
+
+
+def _check_kind(hw: Hardware, data: dict[str, Any], ctx: Ctx) -> None:
+    """Rules that tie keys together: ``gpu`` exactly for GPUs, ``caches.l3`` for CPUs, sm names."""
+    if hw.kind == "gpu" and hw.gpu is None:
+        raise ctx.child("gpu").message("missing required key for a gpu descriptor (kind: gpu)", MISSING)
+    if hw.kind == "cpu" and hw.gpu is not None:
+        raise ctx.child("gpu").message("a cpu descriptor (kind: cpu) cannot have a gpu section", data["gpu"])
+    if hw.kind == "cpu" and "l3" not in data["caches"]:
+        raise ctx.child("caches.l3").message("missing required key for a cpu descriptor; expected keys: l1d, l2, l3")
+    if hw.gpu is not None and hw.arch.startswith("nvptx") and hw.cpu.startswith("sm_"):
+        cc = hw.gpu.compute_capability
+        if hw.cpu not in (hw.gpu.sm, hw.gpu.sm + "a"):
+            raise ctx.child("cpu").fail(f"{hw.gpu.sm}, the name of compute capability {cc[0]}.{cc[1]}", hw.cpu)
+
+
+# --------------------------------------------------------------------------------------------
+# Finding descriptors.
+
+
+def available() -> list[str]:
+    """Names of the descriptors found on :func:`search_path` (first one wins per name)."""
+    names: list[str] = []
+    for d in search_path("hardware"):
+        for p in sorted(d.glob("*.yaml")):
+            if p.stem not in names:
+                names.append(p.stem)
+    return names
+
+
+def _find(name: str) -> Path:
+    for d in search_path("hardware"):
+        p = d / f"{name}.yaml"
+        if p.is_file():
+            return p
+    dirs = ", ".join(str(d) for d in search_path("hardware")) or "(none exist)"
+    raise HardwareError(
+        repr(name),
+        "",
+        "",
+        message=f"no such hardware descriptor; known: {', '.join(available()) or '(none)'}; searched {dirs}",
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _load_file(path: str, mtime_ns: int) -> Hardware:
+    return parse(read_text(path), path)
+
+
+def _load_path(path: Path) -> Hardware:
+    try:
+        mtime = path.stat().st_mtime_ns
+    except OSError as exc:
+        raise HardwareError(str(path), "", "", message=f"cannot read: {exc.strerror or exc}") from None
+    return _load_file(str(path), mtime)
+
+
+def load(name_or_path: str | os.PathLike[str] | Hardware) -> Hardware:
+    """A descriptor: a :class:`Hardware` as is, ``"host"``, a YAML file's path, or a shipped name."""
+    if isinstance(name_or_path, Hardware):
+        return name_or_path
+    if isinstance(name_or_path, os.PathLike):
+        return _load_path(Path(name_or_path))
+    if not isinstance(name_or_path, str):
+        raise TypeError(f"hardware.load expects a name, a path or a Hardware, not {type(name_or_path).__name__}")
+    if name_or_path == "host":
+        return host()
+    if os.sep in name_or_path or "/" in name_or_path or name_or_path.endswith((".yaml", ".yml")):
+        return _load_path(Path(name_or_path))
+    return _load_path(_find(name_or_path))
+
+
+# --------------------------------------------------------------------------------------------
+# The host.
+
+
+@functools.cache
+def _host_info() -> tuple[str, str, frozenset[str]]:
+    """The host's triple, LLVM CPU name and the features LLVM reports present."""
+    cpu = llvm.get_host_cpu_name()
+    features = frozenset(k for k, v in llvm.get_host_cpu_features().items() if v)
+    return llvm.get_process_triple(), cpu, features
+
+
+@functools.cache
+def _host_absent_features() -> frozenset[str]:
+    return frozenset(k for k, v in llvm.get_host_cpu_features().items() if not v)
+
+
+def resolve(hardware: Hardware | str | os.PathLike[str] | None = None) -> Hardware:
+    """The descriptor a run is given: None means the host (:func:`host`), a name or path is
+    loaded (:func:`load`), a :class:`Hardware` is returned as it is."""
+    return host() if hardware is None else load(hardware)
+
+
+def arch_of(triple: str) -> str:
+    """The architecture family of a triple (``arm64`` is ``aarch64``, ``amd64`` is ``x86_64``)."""
+    arch = triple.split("-", 1)[0]
+    return {"arm64": "aarch64", "amd64": "x86_64"}.get(arch, arch)
+
+
+def host_triple() -> str:
+    """LLVM's triple of the running process."""
+    return _host_info()[0]
+
+
+def _matches(hw: Hardware, triple: str, cpu: str, features: frozenset[str]) -> bool:
+    if hw.kind != "cpu" or hw.cpu != cpu or arch_of(hw.triple) != arch_of(triple):
+        return False
+    return all((f[1:] in features) == (f[0] == "+") for f in hw.features)
+
+
+def _sysfs_caches(root: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> dict[str, int]:
+    sizes: dict[str, int] = {}
+    for index in sorted(root.glob("index*")):
+        try:
+            level = (index / "level").read_text().strip()
+            kind = (index / "type").read_text().strip()
+            size = parse_size((index / "size").read_text().strip(), Ctx(str(index / "size"), ""))
+        except (OSError, HardwareError):
+            continue
+        key = {"1": "l1d", "2": "l2", "3": "l3"}.get(level)
+        if key is None or (level == "1" and kind != "Data") or kind == "Instruction":
+            continue
+        sizes.setdefault(key, size)
+    return sizes
+
+
+def _vector_bits_from(arch: str, features: frozenset[str]) -> int:
+    if arch == "x86_64":
+        if "avx512f" in features:
+            return 512
+        if "avx" in features:
+            return 256
+    return 128
+
+
+def _derive_host(triple: str, cpu: str, features: frozenset[str], checked: list[str]) -> Hardware:
+    arch = arch_of(triple)
+    caches = _sysfs_caches()
+    guessed = [k for k in ("l1d", "l2", "l3") if k not in caches]
+    defaults = {"l1d": 32 * 1024, "l2": 1024 * 1024, "l3": 8 * 1024 * 1024}
+    caches = {k: caches.get(k, defaults[k]) for k in ("l1d", "l2", "l3")}
+    note = (
+        f"derived from the CPU's reported name ({cpu}) and features: no shipped descriptor matches "
+        f"(checked {', '.join(checked) or 'none'}); cores from os.cpu_count(), caches from sysfs"
+    )
+    if guessed:
+        note += f" (guessed {', '.join(guessed)}: not reported)"
+    name = f"host-{cpu}" if NAME_RE.match(f"host-{cpu}") else "host"
+    hw = Hardware(
+        name=name,
+        kind="cpu",
+        triple=triple,
+        cpu=cpu,
+        features=tuple(sorted("+" + f for f in features)),
+        cores=os.cpu_count() or 1,
+        vector_bits=_vector_bits_from(arch, features),
+        caches=Caches(**caches),
+        description=f"the running {arch} CPU ({cpu}), as LLVM reports it",
+        source=None,
+        note=note,
+    )
+    return _with_runnable_sets(hw)
+
+
+def _with_runnable_sets(hw: Hardware) -> Hardware:
+    """A derived descriptor with every shipped CPU intrinsic set whose requirements it meets (a
+    set that would define an intrinsic name twice is left out); ``note`` lists them."""
+    sets: list[IntrinsicSet] = []
+    names: set[str] = set()
+    for set_name in available_sets():
+        try:
+            iset = load_intrinsic(set_name)
+        except HardwareError:
+            continue
+        if iset.requires.why_not(hw) is None and not names & set(iset.names):
+            sets.append(iset)
+            names |= set(iset.names)
+    if not sets:
+        return hw
+    note = f"{hw.note}; intrinsic sets it can run: {', '.join(s.name for s in sets)}"
+    return dataclasses.replace(hw, intrinsic_sets=tuple(sets), note=note)
+
+
+@functools.cache
+def host() -> Hardware:
+    """The descriptor of the running CPU.
+
+    A shipped descriptor is chosen when its ``cpu`` equals LLVM's host CPU name, its triple has the
+    host's architecture, and each of its ``+feature`` is reported present (each ``-feature``
+    absent); ``cores`` is then replaced by ``os.cpu_count()`` when the machine has a different
+    count (``note`` says so). Otherwise a descriptor is built from the reported name and features
+    (cores from ``os.cpu_count()``, caches from ``/sys/devices/system/cpu/cpu0/cache``), its
+    ``note`` explains that, and a :class:`HardwareWarning` is issued once per process.
+    """
+    hw = _select_host(*_host_info())
+    if hw.source is None:
+        warnings.warn(f"hardware 'host': {hw.note}", HardwareWarning, stacklevel=2)
+    return hw
+
+
+def _select_host(triple: str, cpu: str, features: frozenset[str]) -> Hardware:
+    checked: list[str] = []
+    for name in available():
+        try:
+            hw = load(name)
+        except HardwareError:
+            continue
+        checked.append(name)
+        if _matches(hw, triple, cpu, features):
+            cores = os.cpu_count() or hw.cores
+            if cores != hw.cores:
+                hw = dataclasses.replace(hw, cores=cores, note=f"cores set to os.cpu_count() = {cores}")
+            return hw
+    return _derive_host(triple, cpu, features, checked)
