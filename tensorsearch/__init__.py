@@ -5,6 +5,8 @@
     wl = ts.workloads.get("GMM", 0, "float32")
     print(wl.func.script())
     outputs = ts.interpret(wl.func, *wl.make_inputs(np.random.default_rng()))
+    sch = ts.Schedule(wl.func)                      # schedule primitives; sch.trace is a ts.Trace
+    print(ts.intrin.match(wl.func, "Z", ts.hardware.load("x86-znver4").intrinsics[0]))  # why VNNI rejects float32
 
 Submodules load on first use, so ``import tensorsearch`` stays cheap.
 """
@@ -20,16 +22,22 @@ _SUBMODULES = (
     "codegen",
     "hardware",
     "interpreter",
+    "intrin",
     "ir",
     "lower",
     "runtime",
     "schedule",
     "script",
     "search",
+    "target",
     "te",
+    "transform",
     "workloads",
 )
+# public names of submodules: functions, and the classes a schedule is written with
 _FUNCTIONS = {
+    "Schedule": "schedule",
+    "Trace": "schedule",
     "build": "runtime",
     "compile_best": "search",
     "interpret": "interpreter",

@@ -98,8 +98,9 @@ def test_trace_json_is_plain_and_deterministic():
     sch.enter_postproc()
     data = sch.trace.as_json()
     assert json.loads(json.dumps(data)) == data
-    assert data[0] == ["get_block", {"name": "conv2d_nhwc"}, ["b0"], None]
-    assert data[1][1] == {"block": {"rv": "b0"}}
+    assert data["format"] == "tensorsearch.trace/1" and list(data) == ["format", "insts"]
+    assert data["insts"][0] == ["get_block", {"name": "conv2d_nhwc"}, ["b0"], None]
+    assert data["insts"][1][1] == {"block": {"rv": "b0"}}
     assert sch.trace.as_json_text() == Trace.from_json(sch.trace.as_json_text()).as_json_text()
     assert sch.trace.as_python().splitlines()[:2] == [
         "b0 = sch.get_block(name='conv2d_nhwc')",
@@ -113,7 +114,15 @@ def test_trace_json_is_plain_and_deterministic():
 @pytest.mark.parametrize(
     ("data", "message"),
     [
-        ({"a": 1}, "a trace is a JSON list of instructions"),
+        ({"a": 1}, 'a trace is an object with "format": "tensorsearch.trace/1" .* got an object with no format'),
+        ("7", "got a JSON int"),
+        ({"format": "other/1", "insts": []}, "got an object with format 'other/1'"),
+        ({"format": "tensorsearch.trace/1"}, 'a version-1 trace needs an "insts" list of instructions, got None'),
+        (
+            {"format": "tensorsearch.trace/2", "insts": []},
+            r"trace format tensorsearch.trace/2 is newer than this tensorsearch reads \(versions 0 to 1\)",
+        ),
+        ({"format": "tensorsearch.trace/1", "insts": [["nope", {}, [], None]]}, "unknown kind 'nope'"),
         ([["nope", {}, [], None]], "trace instruction 0 has unknown kind 'nope'"),
         (
             [["get_block", {"nme": "C"}, ["b0"], None]],

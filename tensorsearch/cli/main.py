@@ -194,7 +194,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
     p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
-    p.add_argument("--trace", metavar="FILE.json", help="apply a schedule trace (JSON, as Trace.as_json writes) first")
+    p.add_argument(
+        "--trace",
+        metavar="FILE.json",
+        help="apply a schedule trace (JSON as Trace.as_json writes it; format version 0 or 1) first",
+    )
     p.add_argument(
         "--hardware", default="host", help="hardware whose intrinsics the trace's tensorize steps name (default host)"
     )

@@ -11,8 +11,15 @@ fresh Schedule with its own decisions or with new ones::
     i, j, k = sch.get_loops(b)
     t = sch.sample_perfect_tile(i, n=2, max_innermost_factor=16)
     sch.split(i, t)
-    data = sch.trace.as_json()          # [["get_block", {"name": "C"}, ["b0"], null], ...]
+    data = sch.trace.as_json()          # {"format": "tensorsearch.trace/1", "insts": [["get_block", ...], ...]}
     Trace.from_json(data).apply(Schedule(func))   # the same program again
+
+Format versions: :meth:`Trace.as_json` writes version 1, an object naming its format
+(:data:`TRACE_FORMAT`) around the instruction list; :meth:`Trace.from_json` also reads version 0,
+the bare instruction list that tensorsearch wrote before traces carried a version, and refuses a
+newer version with a ValueError saying which version it found. Argument names are part of the
+format: renaming a primitive's argument makes old traces unreadable (tests/fixtures/instruction_kinds.json
+pins them).
 """
 
 from __future__ import annotations
@@ -26,6 +33,11 @@ from .rv import RV, BlockRV, ExprRV, LoopRV, rv_from_name
 
 if TYPE_CHECKING:
     from .schedule import Schedule
+
+
+TRACE_FORMAT_NAME = "tensorsearch.trace"
+TRACE_VERSION = 1
+TRACE_FORMAT = f"{TRACE_FORMAT_NAME}/{TRACE_VERSION}"  # the "format" of the traces as_json writes
 
 
 @dataclass(frozen=True)
@@ -162,8 +174,9 @@ class Trace:
         return Trace([replace(i, decision=decision) if i is inst else i for i in self.insts])
 
     # --- serialization ------------------------------------------------------------------
-    def as_json(self) -> list[list[Any]]:
-        """Plain JSON data: one ``[kind, {arg: value}, [outputs], decision]`` list per instruction.
+    def as_json(self) -> dict[str, Any]:
+        """Plain JSON data, ``{"format": TRACE_FORMAT, "insts": [...]}`` with one
+        ``[kind, {arg: value}, [outputs], decision]`` list per instruction.
 
         Random variables are ``{"rv": "l3"}`` inside arguments and plain names in outputs.
         """
@@ -173,22 +186,20 @@ class Trace:
             args = {name: _json_value(value, inst.kind, name, namer) for name, value in inst.args}
             outputs = [namer(rv) for rv in inst.outputs]
             out.append([inst.kind.name, args, outputs, _plain(inst.decision, namer)])
-        return out
+        return {"format": TRACE_FORMAT, "insts": out}
 
     def as_json_text(self) -> str:
         """Deterministic JSON text (same trace, same bytes)."""
         return json.dumps(self.as_json(), sort_keys=True, separators=(",", ":"))
 
     @staticmethod
-    def from_json(data: list[Any] | str) -> Trace:
-        """Read what :meth:`as_json` wrote (the data, or its JSON text)."""
+    def from_json(data: dict[str, Any] | list[Any] | str) -> Trace:
+        """Read what :meth:`as_json` wrote (the data, or its JSON text), or a version-0 trace."""
         if isinstance(data, str):
             data = json.loads(data)
-        if not isinstance(data, list):
-            raise ValueError(f"a trace is a JSON list of instructions, got {type(data).__name__}")
         rvs: dict[str, RV] = {}
         insts = []
-        for pos, entry in enumerate(data):
+        for pos, entry in enumerate(_instruction_list(data)):
             if not (isinstance(entry, list) and len(entry) == 4 and isinstance(entry[0], str)):
                 raise ValueError(f"trace instruction {pos} must be [kind, args, outputs, decision], got {entry!r}")
             name, args, outputs, decision = entry
@@ -301,6 +312,41 @@ class Trace:
         return Trace(kept[::-1])
 
 
+def trace_version(data: Any) -> int:
+    """The format version of trace JSON data: 0 for a bare instruction list, N for an object whose
+    ``format`` is ``"tensorsearch.trace/N"``; ValueError for anything else."""
+    if isinstance(data, list):
+        return 0
+    fmt = data.get("format") if isinstance(data, dict) else None
+    name, _, version = fmt.rpartition("/") if isinstance(fmt, str) else ("", "", "")
+    if name != TRACE_FORMAT_NAME or not version.isdigit():
+        raise ValueError(
+            f'a trace is an object with "format": "{TRACE_FORMAT}" (or a version-0 list of instructions), '
+            f"got {_describe(data)}"
+        )
+    return int(version)
+
+
+def _describe(data: Any) -> str:
+    if isinstance(data, dict):
+        return f"an object with format {data['format']!r}" if "format" in data else "an object with no format"
+    return f"a JSON {type(data).__name__}"
+
+
+def _instruction_list(data: Any) -> list[Any]:
+    """The instructions of trace JSON data of any version this code reads."""
+    version = trace_version(data)
+    if version > TRACE_VERSION:
+        raise ValueError(
+            f"trace format {data['format']} is newer than this tensorsearch reads "
+            f"(versions 0 to {TRACE_VERSION}); upgrade tensorsearch to load it"
+        )
+    insts = data if isinstance(data, list) else data.get("insts")
+    if not isinstance(insts, list):
+        raise ValueError(f'a version-{version} trace needs an "insts" list of instructions, got {insts!r:.60}')
+    return insts
+
+
 def _returns_list(inst: Instruction) -> bool:
     return inst.kind.name in LIST_RESULT_KINDS
 
@@ -333,6 +379,8 @@ def _py(value: Any, namer: _Namer) -> str:
 
 __all__ = [
     "INSTRUCTION_KINDS",
+    "TRACE_FORMAT",
+    "TRACE_VERSION",
     "BlockRV",
     "ExprRV",
     "Instruction",
@@ -340,4 +388,5 @@ __all__ = [
     "LoopRV",
     "Trace",
     "register_kind",
+    "trace_version",
 ]

@@ -14,6 +14,12 @@ Records are keyed by the workload's structural hash and by the hardware descript
 name plus a hash of its whole validated content, intrinsics included), so a record tuned for one
 target is never served for another, not even for an edited descriptor that kept its name.
 
+Format versions: every line written carries ``"format": 1`` (:data:`DATABASE_FORMAT`); a line
+without one is version 0, as written before lines carried a version, and reads the same way (a
+record's ``trace`` is trace JSON text of any version :meth:`Trace.from_json` reads). A line of a
+newer version is an error naming the file, the line and the version, so an older tensorsearch never
+misreads a newer database. Opening never rewrites old lines; new commits append version-1 lines.
+
 Durability: each commit is one line written by a single ``write`` on a file opened for appending,
 then flushed to disk (``os.fsync``) before the call returns, so a process killed at any moment
 loses nothing it committed. A process killed in the middle of that write can leave a partial
@@ -41,11 +47,27 @@ from ..ir.stmt import PrimFunc
 from ..ir.structural import structural_hash
 from ..target import Hardware, load
 
-__all__ = ["Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
+__all__ = ["DATABASE_FORMAT", "Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
+
+DATABASE_FORMAT = 1  # the "format" of every line this code writes; it reads 0 (no "format") to this
 
 
 class DatabaseError(ValueError):
     """A database file that cannot be read back, or a request for something it does not hold."""
+
+
+def line_format(obj: dict[str, Any]) -> int:
+    """The format version of one database line: 0 when it has none; ValueError when it is not one
+    this code reads."""
+    version = obj.get("format", 0)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ValueError(f"format {version!r} is not a version number")
+    if version > DATABASE_FORMAT:
+        raise ValueError(
+            f"format {version} is newer than the formats this tensorsearch reads (0 to {DATABASE_FORMAT}); "
+            "upgrade tensorsearch to load it"
+        )
+    return version
 
 
 def workload_key(func: PrimFunc) -> str:
@@ -123,12 +145,14 @@ class TuningRecord:
         return statistics.median(self.latencies) if self.ok else math.inf
 
     def to_json(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        d = {"format": DATABASE_FORMAT, **dataclasses.asdict(self)}
         d["latencies"] = list(self.latencies)
         return d
 
     @staticmethod
     def from_json(d: dict[str, Any]) -> TuningRecord:
+        """Read what :meth:`to_json` wrote, of any format version up to :data:`DATABASE_FORMAT`."""
+        line_format(d)
         names = [f.name for f in dataclasses.fields(TuningRecord)]
         missing = [n for n in names if n not in d]
         if missing:
@@ -177,18 +201,26 @@ class _JsonLines:
                     self._damaged(number, start, e)
                     continue
                 raise DatabaseError(f"{self.path}: line {number} is not a valid record ({e})") from None
-            out.append((number, obj))
+            out.append(self._versioned(number, obj))
         if trailing:
             try:
                 obj = json.loads(trailing)
             except ValueError:
                 obj = None
             if isinstance(obj, dict):  # complete but unterminated: keep it, end it before appending
-                out.append((len(lines) + 1, obj))
+                out.append(self._versioned(len(lines) + 1, obj))
                 self._prefix = b"\n"
             else:
                 self._damaged(len(lines) + 1, offset, ValueError("the line is cut off (no newline at its end)"))
         return out
+
+    def _versioned(self, number: int, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        """``(number, obj)`` when the line is of a format version this code reads."""
+        try:
+            line_format(obj)
+        except ValueError as e:
+            raise DatabaseError(f"{self.path}: line {number}: {e}") from None
+        return number, obj
 
     def _damaged(self, number: int, offset: int, why: Exception) -> None:
         warnings.warn(
@@ -310,7 +342,7 @@ class Database:
                     f"workload {name or key}: its script text does not parse back to the same function, "
                     "so it cannot be stored"
                 )
-            self._workload_file.append({"key": key, "name": name, "script": text})
+            self._workload_file.append({"format": DATABASE_FORMAT, "key": key, "name": name, "script": text})
             self._workload_text[key] = text
             self._workload_name[key] = name
             self._funcs[key] = func
