@@ -70,6 +70,7 @@ def primitive(
             self._depth += 1
             self._pending_decision = None
             self._rename_log = []
+            self._recorded_args = {}
             try:
                 result = fn(self, **call)
                 if self.check:
@@ -90,7 +91,8 @@ def primitive(
             finally:
                 self._depth -= 1
             outputs = _output_rvs(result)
-            args_for_trace = tuple((n, _freeze_arg(call[n])) for n in arg_names)
+            recorded = {**call, **self._recorded_args}
+            args_for_trace = tuple((n, _freeze_arg(recorded[n])) for n in arg_names)
             decision = self._pending_decision if sampling else None
             self.trace.append(Instruction(kind, args_for_trace, tuple(outputs), decision))
             if key is not None:
@@ -288,6 +290,7 @@ class ScheduleState:
         self._depth = 0
         self._pending_decision: Any = None
         self._rename_log: list[RV] = []  # BlockRVs renamed during the current primitive call
+        self._recorded_args: dict[str, Any] = {}  # arguments the current primitive records as resolved
 
     # --- transactions -------------------------------------------------------------------
     def _snapshot(self) -> tuple[Any, ...]:
@@ -312,8 +315,14 @@ class ScheduleState:
         other._rng.setstate(self._rng.getstate())
         other._depth = 0
         other._pending_decision = None
+        other._recorded_args = {}
         other._rename_log = []
         return other
+
+    def _record_arg(self, name: str, value: Any) -> None:
+        """Record ``value`` in the trace for argument ``name`` of the running primitive (a name the
+        primitive resolved, recorded as what it resolved to)."""
+        self._recorded_args[name] = value
 
     def seed(self, seed: int) -> None:
         """Reseed the random state used by sampling primitives."""

@@ -231,6 +231,7 @@ class TensorizePrimitives(ScheduleState):
                 unit = found
             else:
                 intr = found
+                self._record_arg("intrin", intr)  # the trace names its set and digest
         else:
             raise InvalidArgument(f"tensorize: intrin must be an intrinsic name or Intrinsic, got {intrin!r}")
         if unit is None and isinstance(intr.impl, CudaImpl):

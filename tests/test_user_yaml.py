@@ -1,0 +1,188 @@
+"""A new instruction really is one YAML file: a hardware file and intrinsic files of a user's own,
+in one temporary folder, are matched, tensorized, built, checked against numpy and auto-tuned with
+no environment variable and no Python change, and the tuned kernels contain the instructions.
+
+The int16 unit is AVX2's ``vpmaddwd`` (``llvm.x86.avx2.pmadd.wd``: 16 int16 pairs multiplied and
+summed pairwise into 8 int32 lanes); it does not accumulate, so the file says ``accumulate: true``.
+It runs on every x86-64 CPU with AVX2, this one included.
+"""
+
+from __future__ import annotations
+
+import os
+import textwrap
+
+import numpy as np
+import pytest
+
+from tensorsearch import te
+from tensorsearch.runtime import build
+from tensorsearch.schedule import Schedule, tile_with_intrin
+from tensorsearch.search import SearchConfig, tune
+from tensorsearch.target import host, load, match
+
+SMALL = SearchConfig(population_size=16, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=8)
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    from tensorsearch.search.measure import init_ray
+
+    init_ray()
+    yield
+
+
+INT16_YAML = """\
+name: my-avx2-int16
+target: llvm
+description: AVX2 int16 dot products (vpmaddwd), accumulated with an add
+requires:
+  arch: [x86_64]
+  features: [+avx2]
+intrinsics:
+  - name: pmaddwd_dot_8x2_i16i16i32
+    operands:
+      - {name: A, shape: [2], dtype: int16, role: input, contiguous: true}
+      - {name: B, shape: [8, 2], dtype: int16, role: input, contiguous: true}
+      - {name: C, shape: [8], dtype: int32, role: accumulator, contiguous: true}
+    iterators:
+      - {name: i, kind: spatial, extent: 8}
+      - {name: k, kind: reduce, extent: 2}
+    semantics: C[i] += cast(int32, A[k]) * cast(int32, B[i, k])
+    llvm:
+      intrinsic: llvm.x86.avx2.pmadd.wd
+      args:
+        # A's two int16 as one int32, broadcast to 8 lanes, seen again as 16 int16
+        - {operand: A, load: int16x2, then: [reinterpret: int32, broadcast: 8, reinterpret: int16x16]}
+        - {operand: B, load: int16x16}
+      returns: int32x8
+      store: C
+      accumulate: true
+"""
+
+HARDWARE_YAML = """\
+name: my-avx2-cpu
+kind: cpu
+triple: x86_64-unknown-linux-gnu
+cpu: x86-64-v3
+features: [+avx2, +fma]
+cores: {cores}
+vector_bits: 256
+caches: {{l1d: 32 KiB, l2: 512 KiB, l3: 16 MiB}}
+intrinsics: [my-avx2-int16]
+description: any AVX2 machine, with the user's own int16 dot unit
+"""
+
+M, N, K = 16, 32, 64
+
+
+def _user_folder(tmp_path):
+    folder = tmp_path / "my-target"
+    folder.mkdir()
+    (folder / "my-avx2-int16.yaml").write_text(INT16_YAML)
+    (folder / "my-avx2-cpu.yaml").write_text(HARDWARE_YAML.format(cores=os.cpu_count() or 1))
+    return folder
+
+
+def _int16_gemm():
+    a = te.placeholder((M, K), "int16", name="A")
+    b = te.placeholder((N, K), "int16", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    c = te.compute((M, N), lambda i, j: te.sum(te.cast(a[i, k], "int32") * te.cast(b[j, k], "int32"), axis=k), name="C")
+    return te.create_prim_func([a, b, c])
+
+
+def _inputs(seed: int):
+    rng = np.random.default_rng(seed)
+    a = rng.integers(-(2**15), 2**15, (M, K), dtype=np.int16)
+    b = rng.integers(-(2**15), 2**15, (N, K), dtype=np.int16)
+    return a, b, a.astype(np.int64) @ b.astype(np.int64).T
+
+
+def _needs_avx2():
+    here = host()
+    if here.arch != "x86_64" or not here.has_feature("avx2"):
+        pytest.skip("the int16 unit needs an x86-64 CPU with AVX2")
+
+
+def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch):
+    monkeypatch.delenv("TENSORSEARCH_INTRINSICS_PATH", raising=False)
+    hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
+    assert [i.name for i in hw.intrinsics] == ["pmaddwd_dot_8x2_i16i16i32"]
+    assert hw.intrinsics[0].source.endswith("my-target/my-avx2-int16.yaml")
+
+
+def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
+    _needs_avx2()
+    hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
+    (dot,) = hw.intrinsics
+    func = _int16_gemm()
+    report = match(func, "C", dot)
+    assert report.feasible, str(report)
+    sch = Schedule(func, hardware=hw)
+    sch.tensorize(tile_with_intrin(sch, sch.get_block("C"), dot), dot.name)  # by name, through the hardware
+    mod = build(sch.func, hw)
+    assert "vpmaddwd" in mod.assembly
+    seed = int.from_bytes(os.urandom(4), "little")
+    a, b, want = _inputs(seed)
+    c = np.zeros((M, N), np.int32)
+    mod(a, b, c)
+    np.testing.assert_array_equal(c, want.astype(np.int32), err_msg=f"inputs from seed {seed}")
+
+
+def test_int16_unit_is_auto_tuned(tmp_path, ray_session):
+    _needs_avx2()
+    hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
+    result = tune(_int16_gemm(), hw, 16, tmp_path / "work", workers=0, config=SMALL)
+    assert "vpmaddwd" in result.module.assembly, textwrap.shorten(result.trace.as_python(), 400)
+    a, b, want = _inputs(7)
+    c = np.zeros((M, N), np.int32)
+    result.module(a, b, c)
+    np.testing.assert_array_equal(c, want.astype(np.int32))
+
+
+def _edited_vnni_folder(tmp_path):
+    """A user's copy of the shipped VNNI set that keeps the intrinsic's name but calls the
+    saturating vpdpbusds, and a hardware file beside it that lists the copy."""
+    from tensorsearch.target import search_path
+
+    shipped = search_path("intrinsics")[0] / "x86-avx512-vnni.yaml"
+    folder = tmp_path / "edited"
+    folder.mkdir()
+    text = shipped.read_text().replace("llvm.x86.avx512.vpdpbusd.512", "llvm.x86.avx512.vpdpbusds.512")
+    (folder / "x86-avx512-vnni.yaml").write_text(text)
+    hw_text = (search_path("hardware")[0] / "x86-znver4.yaml").read_text().replace("name: x86-znver4", "name: my-zen4")
+    (folder / "my-zen4.yaml").write_text(hw_text)
+    return load(str(folder / "my-zen4.yaml"))
+
+
+def _vnni_tile(hw):
+    from tensorsearch.workloads import make
+
+    wl = make("GMM", (1, 16, 32, 64), "int8")
+    sch = Schedule(wl.func, hardware=hw)
+    block = tile_with_intrin(sch, sch.get_block("Z"), hw.intrinsic("vnni_dot_16x4_u8i8i32"))
+    return wl, sch, block
+
+
+def test_an_edited_copy_that_keeps_a_shipped_name_is_used_as_edited(tmp_path):
+    mine = _edited_vnni_folder(tmp_path)
+    _, sch, block = _vnni_tile(mine)
+    sch.tensorize(block, "vnni_dot_16x4_u8i8i32")
+    assert "vpdpbusds.512" in sch.func.script()
+    assert "vpdpbusds" in build(sch.func, mine, jit=False).assembly
+
+
+def test_a_trace_replayed_against_a_changed_definition_is_refused(tmp_path):
+    from tensorsearch.schedule import InvalidArgument, Trace
+
+    shipped = load("x86-znver4")
+    wl, sch, block = _vnni_tile(shipped)
+    sch.tensorize(block, "vnni_dot_16x4_u8i8i32")
+    trace = Trace.from_json(sch.trace.as_json_text())
+    trace.apply(Schedule(wl.func, hardware=shipped))  # the same definition: fine
+    with pytest.raises(
+        InvalidArgument,
+        match=r"the trace's intrinsic vnni_dot_16x4_u8i8i32 .* differs from the one hardware my-zen4 offers .*edited/x86-avx512-vnni.yaml",
+    ):
+        trace.apply(Schedule(wl.func, hardware=_edited_vnni_folder(tmp_path)))
