@@ -122,6 +122,13 @@ BROKEN = [
     ),
     ("bad-name", _broken(GOOD, "name: test-cpu", "name: test cpu"), "name", "letters, digits"),
     ("bad-cpu", _broken(GOOD, "cpu: znver4", "cpu: 4"), "cpu", "LLVM CPU name"),
+    ("unknown-cpu", _broken(GOOD, "cpu: znver4", "cpu: znver44"), "cpu", "'znver44' is not a CPU LLVM knows for x86_64"),
+    (
+        "typo-feature",
+        _broken(GOOD, "[+avx2, +fma]", "[+avx2, +fmaa]"),
+        "features[1]",
+        "'+fmaa' is not a feature LLVM knows for x86_64",
+    ),
     ("not-a-mapping", "- name: x\n- kind: cpu\n", "", "a YAML mapping"),
     ("empty-file", "", "", "found None"),
     ("yaml-syntax", "name: [unclosed\nkind: cpu\n", "", "not valid YAML at line"),

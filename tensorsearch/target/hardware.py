@@ -40,6 +40,7 @@ next to the package (a source checkout or an editable install), and in
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import os
 import re
@@ -392,10 +393,68 @@ def parse(text: str, source: str = "<string>") -> Hardware:
     names = fields.pop("intrinsics", ())
     hw = Hardware(**fields, source=source)
     _check_kind(hw, data, ctx)
+    _check_llvm_names(hw, ctx)
     if names:
         sets = resolve_sets(hw, names, ctx.child("intrinsics"))
         hw = dataclasses.replace(hw, intrinsic_sets=sets)
     return hw
+
+
+def _check_llvm_names(hw: Hardware, ctx: Ctx) -> None:
+    """The CPU and every feature must be names LLVM knows for the triple: LLVM itself only prints
+    "'+fmaa' is not a recognized feature for this target (ignoring feature)" and goes on."""
+    for complaint in _llvm_complaints(hw.triple, hw.cpu, hw.feature_string):
+        m = re.match(r"'(.+?)' is not a recognized (feature|processor)", complaint)
+        if m is None:
+            continue
+        name, what = m.groups()
+        if what == "processor":
+            raise ctx.child("cpu").message(f"{name!r} is not a CPU LLVM knows for {hw.arch}", name)
+        hint = _closest_feature(name, hw.arch)
+        index = hw.features.index(name) if name in hw.features else None
+        where = ctx.child("features").child(f"[{index}]") if index is not None else ctx.child("features")
+        raise where.message(f"{name!r} is not a feature LLVM knows for {hw.arch}{hint}", name)
+
+
+@functools.cache
+def _llvm_complaints(triple: str, cpu: str, features: str) -> tuple[str, ...]:
+    """What LLVM prints to stderr while making a target machine for (triple, cpu, features)."""
+    _init_llvm()
+    try:
+        target = llvm.Target.from_triple(triple)
+    except RuntimeError:
+        return ()  # a triple LLVM does not know: the triple key's parser already names the arch
+    read, write = os.pipe()
+    saved = os.dup(2)
+    os.dup2(write, 2)
+    os.close(write)
+    try:
+        target.create_target_machine(cpu=cpu, features=features)
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+    os.set_blocking(read, False)
+    try:
+        text = os.read(read, 1 << 16).decode(errors="replace")
+    except BlockingIOError:
+        text = ""
+    os.close(read)
+    return tuple(line for line in text.splitlines() if line.strip())
+
+
+def _closest_feature(name: str, arch: str) -> str:
+    """", did you mean +fma?" when this host's LLVM lists a close feature name of the same arch."""
+    if arch_of(arch) != arch_of(host_triple()):
+        return ""
+    known = ["+" + k for k in llvm.get_host_cpu_features()]
+    close = difflib.get_close_matches(name if name[0] == "+" else "+" + name[1:], known, n=1)
+    return f", did you mean {name[0]}{close[0][1:]}?" if close else ""
+
+
+@functools.cache
+def _init_llvm() -> None:
+    llvm.initialize_all_targets()
+    llvm.initialize_all_asmprinters()
 
 
 def _check_kind(hw: Hardware, data: dict[str, Any], ctx: Ctx) -> None:
