@@ -161,7 +161,9 @@ def test_interrupt_keeps_records_and_exits_130(monkeypatch, tmp_path, capsys):
 
     work = tmp_path / "work"
 
-    def interrupted_tune(wl, hw, trials, work_dir, seed=0, *, address=None, config=None, progress=None, transfer_from=()):
+    def interrupted_tune(
+        wl, hw, trials, work_dir, seed=0, *, address=None, config=None, progress=None, transfer_from=()
+    ):
         db = Database(work_dir)
         other = get("GMM", 1, "float32").func
         for t, func in enumerate([wl.func, wl.func, other, wl.func]):  # 3 of this workload, 1 of another

@@ -70,7 +70,9 @@ def test_three_input_channels_fork_over_the_fused_and_a_padded_mapping():
     wasted); the second pads rh 7 -> 8 (12.5%); each gets its own design spaces."""
     wl = workloads.get("C2D", 0, "int8")
     space = DesignSpace(wl.func, VNNI_HW)
-    layouts = [[dict(i.args)["index_map"] for i in t.insts if i.kind.name == "transform_block_layout"] for t in space.traces]
+    layouts = [
+        [dict(i.args)["index_map"] for i in t.insts if i.kind.name == "transform_block_layout"] for t in space.traces
+    ]
     fused = "lambda v_nn, v_hh, v_ww, v_cc, v_rh, v_rw, v_rc: (v_nn, v_hh, v_ww, v_cc, v_rh * 21 + v_rw * 3 + v_rc)"
     assert sum(1 for lay in layouts if lay == [fused]) == len(space.traces) // 2
     assert sum(1 for lay in layouts if lay == []) == len(space.traces) // 2

@@ -122,7 +122,12 @@ BROKEN = [
     ),
     ("bad-name", _broken(GOOD, "name: test-cpu", "name: test cpu"), "name", "letters, digits"),
     ("bad-cpu", _broken(GOOD, "cpu: znver4", "cpu: 4"), "cpu", "LLVM CPU name"),
-    ("unknown-cpu", _broken(GOOD, "cpu: znver4", "cpu: znver44"), "cpu", "'znver44' is not a CPU LLVM knows for x86_64"),
+    (
+        "unknown-cpu",
+        _broken(GOOD, "cpu: znver4", "cpu: znver44"),
+        "cpu",
+        "'znver44' is not a CPU LLVM knows for x86_64",
+    ),
     (
         "typo-feature",
         _broken(GOOD, "[+avx2, +fma]", "[+avx2, +fmaa]"),

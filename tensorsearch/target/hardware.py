@@ -443,7 +443,7 @@ def _llvm_complaints(triple: str, cpu: str, features: str) -> tuple[str, ...]:
 
 
 def _closest_feature(name: str, arch: str) -> str:
-    """", did you mean +fma?" when this host's LLVM lists a close feature name of the same arch."""
+    """The hint ', did you mean +fma?' when this host's LLVM lists a close feature name of the same arch."""
     if arch_of(arch) != arch_of(host_triple()):
         return ""
     known = ["+" + k for k in llvm.get_host_cpu_features()]
