@@ -224,3 +224,37 @@ def test_write_curve_csv(tmp_path):
         ["64", "25.5", "GOPS"],
         ["65", "40.25", "GOPS"],
     ]
+
+
+def test_stages_are_lines_and_a_spinner_turns_on_a_terminal():
+    import io
+    import time as _time
+    from types import SimpleNamespace as P
+
+    def stage(text):
+        return P(
+            trials_done=0,
+            trials_total=8,
+            best_throughput=None,
+            unit="GOPS",
+            elapsed_s=0,
+            eta_s=None,
+            failed=0,
+            stage=text,
+        )
+
+    log = io.StringIO()
+    with ProgressBar(log, width=4) as bar:
+        bar(stage("starting Ray"))
+        bar(stage("searching the first round (2 design spaces)"))
+    assert log.getvalue() == "starting Ray ...\nsearching the first round (2 design spaces) ...\n"
+    term = io.StringIO()
+    bar = ProgressBar(term, width=4, tty=True)
+    bar(stage("searching the first round"))
+    _time.sleep(0.6)
+    bar(P(trials_done=1, trials_total=8, best_throughput=2.0, unit="GOPS", elapsed_s=1, eta_s=None, failed=0))
+    bar.close()
+    text = term.getvalue()
+    assert text.startswith("searching the first round ...\n")
+    assert "\r| searching the first round (0:00)" in text or "\r/ searching the first round (0:00)" in text
+    assert text.rstrip().endswith("left ?")

@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import signal
 import sys
+import threading
+import warnings
 from pathlib import Path
 
 from ..target import load
@@ -100,6 +104,25 @@ def _argument(name: str, fn, *args):
         raise ValueError(f"argument {name}: {err}") from None
 
 
+def _check_work_dir(work_dir: Path) -> None:
+    """ValueError unless ``work_dir`` is (or can be made) a directory this process can write in;
+    directories made to find out are removed again."""
+    if work_dir.exists() and not work_dir.is_dir():
+        raise ValueError(f"{work_dir} exists and is not a directory")
+    made = [d for d in (work_dir, *work_dir.parents) if not d.exists()]
+    try:
+        work_dir.mkdir(parents=True, exist_ok=True)
+        probe = work_dir / f".write-test-{os.getpid()}"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as err:
+        raise ValueError(f"cannot write in {work_dir}: {err.strerror or err}") from None
+    finally:
+        for d in made:
+            if d.is_dir():
+                d.rmdir()
+
+
 def _records_kept(work_dir: Path, wl_func, hw) -> int:
     """How many tuning records of this workload and hardware the work dir's database holds."""
     path = work_dir / "database" / "tuning_records.jsonl"
@@ -141,9 +164,17 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     wl = _argument("--index", workloads.get, args.name, args.index, args.dtype)
     hw = _argument("--hardware", load, args.hardware)
     work_dir = Path(args.work_dir or Path("runs") / f"{wl.name}-{wl.index}-{wl.dtype}-{hw.name}")
+    _argument("--work-dir", _check_work_dir, work_dir)
     for path in args.transfer:  # a bad --transfer path is an error before Ray starts
         Database.open_existing(path).close()
+    print(f"tensorsearch tune: {wl.key} on {hw.name}, {args.trials} trials, work dir {work_dir}", file=sys.stderr)
     bar = ProgressBar(sys.stderr)
+
+    def progress(p) -> None:
+        if getattr(p, "stage", None) and threading.current_thread() is threading.main_thread():
+            catch_stop_signals()  # again: Ray installs a SIGTERM handler of its own when it starts
+        bar(p)
+
     try:
         result = search.tune(
             wl,
@@ -152,7 +183,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             work_dir=work_dir,
             seed=args.seed,
             address=args.address,
-            progress=bar,
+            progress=progress,
             transfer_from=args.transfer,
         )
     except KeyboardInterrupt:
@@ -187,7 +218,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorsearch", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
+    common = argparse.ArgumentParser(add_help=False)  # --debug after the command too
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_parser = sub.add_parser
+    sub.add_parser = lambda *a, **k: _add_parser(*a, parents=[common], **k)  # type: ignore[method-assign]
     p = sub.add_parser("workloads", help="list the paper's operator workloads")
     p.set_defaults(fn=_cmd_workloads)
     p = sub.add_parser("show", help="print a workload's TensorIR")
@@ -235,13 +271,71 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# mistakes in what the user gave (exit code 2); anything else that stops a command is a failed
+# run (exit code 1). argparse's own usage errors exit with 2 too.
+_INPUT_ERRORS = (ValueError, KeyError, TypeError, LookupError)
+_KNOWN_ERRORS = (*_INPUT_ERRORS, OSError, RuntimeError)  # others are bugs: the class is shown too
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    catch_stop_signals()
+    warnings.showwarning = _one_line_warning(args.command)
     try:
         return args.fn(args)
-    except (ValueError, KeyError, TypeError, RuntimeError) as err:
-        print(f"tensorsearch {args.command}: error: {err}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt as stop:
+        print(f"tensorsearch {args.command}: {_stop_reason(stop)}", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `tensorsearch match ... | head`: the reader left; say nothing more
+        _silence_stdout()
+        return 0
+    except Exception as err:
+        if args.debug:
+            raise
+        code = 2 if isinstance(err, _INPUT_ERRORS) else 1
+        print(f"tensorsearch {args.command}: error: {_error_text(err, args.command)}", file=sys.stderr)
+        if not isinstance(err, _KNOWN_ERRORS):
+            print(
+                f"tensorsearch {args.command}: this is a bug; run again with --debug for the traceback", file=sys.stderr
+            )
+        return code
+
+
+def catch_stop_signals() -> None:
+    """SIGTERM and SIGHUP end a command the way Ctrl-C does (KeyboardInterrupt: records kept, one
+    line, exit code 130). Call again after Ray starts: it installs a SIGTERM handler of its own."""
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(signal.Signals(signum).name)
+
+
+def _one_line_warning(command: str):
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"tensorsearch {command}: warning: {message}", file=sys.stderr)
+
+    return show
+
+
+def _stop_reason(stop: KeyboardInterrupt) -> str:
+    return f"stopped by {stop.args[0]}" if stop.args else "interrupted"
+
+
+def _error_text(err: BaseException, command: str) -> str:
+    text = err.args[0] if isinstance(err, KeyError) and err.args else str(err)
+    text = str(text).strip().removeprefix(f"{command}: ") or type(err).__name__
+    return text if isinstance(err, _KNOWN_ERRORS) else f"{type(err).__name__}: {text}"
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 if __name__ == "__main__":

@@ -89,6 +89,13 @@ class MeasureResult:
         return statistics.median(self.latencies) if self.ok else math.inf
 
 
+def ray_started() -> bool:
+    """Whether this process is connected to Ray already."""
+    import ray
+
+    return ray.is_initialized()
+
+
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
     """Connect to Ray once per process: a new embedded local cluster when ``address`` is None
     (without dashboard, quiet logging), else the cluster at ``address``. Later calls do nothing.

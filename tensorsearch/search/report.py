@@ -18,9 +18,11 @@ C2D        88.0
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -78,6 +80,9 @@ def progress_line(progress: Any, width: int = 20) -> str:
     )
 
 
+_SPINNER = "|/-\\"
+
+
 class ProgressBar:
     """A ``progress`` callback for :func:`tune`: shows the latest ``Progress`` on ``stream``.
 
@@ -117,8 +122,14 @@ class ProgressBar:
         self._printed_at = -math.inf
         self._printed_step = -1  # which tenth of the trials the last line was in
         self._drawn = 0  # length of the line on screen (TTY)
+        self._spinner: threading.Thread | None = None  # turns while a stage runs (TTY)
+        self._spinning = threading.Event()
 
     def __call__(self, progress: Any) -> None:
+        if getattr(progress, "stage", None):
+            self._stage(progress.stage)
+            return
+        self._stop_spinner()
         self._last = progress
         line = progress_line(progress, self.width)
         if self.tty:
@@ -141,8 +152,42 @@ class ProgressBar:
         self.stream.flush()
         self._printed_done, self._printed_step, self._printed_at = done, step, now
 
+    def _stage(self, text: str) -> None:
+        """A line saying what the run is preparing; on a terminal a spinner with the seconds
+        spent turns after it until the next stage or measurement."""
+        self._stop_spinner()
+        if self.tty and self._drawn:
+            self.stream.write("\n")
+            self._drawn = 0
+        self.stream.write(f"{text} ...\n")
+        self.stream.flush()
+        if self.tty:
+            self._spinning = threading.Event()
+            self._spinner = threading.Thread(target=self._spin, args=(text, self._spinning), daemon=True)
+            self._spinner.start()
+
+    def _spin(self, text: str, stop: threading.Event) -> None:
+        start = self._clock()
+        for turn in itertools.count():
+            if stop.wait(0.25):
+                return
+            line = f"{_SPINNER[turn % 4]} {text} ({format_duration(self._clock() - start)})"
+            self.stream.write("\r" + line)
+            self.stream.flush()
+            self._drawn = len(line)
+
+    def _stop_spinner(self) -> None:
+        if self._spinner is not None:
+            self._spinning.set()
+            self._spinner.join()
+            self._spinner = None
+            if self._drawn:
+                self.stream.write("\r" + " " * self._drawn + "\r")
+                self._drawn = 0
+
     def close(self) -> None:
         """End the line: a newline on a terminal; the latest progress if not yet printed otherwise."""
+        self._stop_spinner()
         if self.tty:
             if self._drawn:
                 self.stream.write("\n")

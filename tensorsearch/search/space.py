@@ -736,8 +736,8 @@ class DesignSpace:
                 queue.append((st, rest + new, known | set(new)))
         return [s.trace.simplified() for s in final]
 
-    def _replay(self, trace: Trace, provider: Any, seed: int) -> Schedule:
-        sch = Schedule(self.func, seed=seed, check=False, error_detail="none", hardware=self.hardware)
+    def _replay(self, trace: Trace, provider: Any, seed: int, error_detail: str = "none") -> Schedule:
+        sch = Schedule(self.func, seed=seed, check=False, error_detail=error_detail, hardware=self.hardware)
         trace.apply(sch, provider, remove_postproc=True)
         return sch
 
@@ -779,7 +779,7 @@ class DesignSpace:
         """Why the sample of design-space trace ``space`` drawn from ``seed`` is invalid (the
         refusing primitive's or postprocessor's message), or None when it is valid."""
         try:
-            sch = self._replay(self.traces[space], _sampling_fresh, seed)
+            sch = self._replay(self.traces[space], _sampling_fresh, seed, error_detail="fast")
         except (ScheduleError, ValueError) as err:
             return str(err).splitlines()[0]
         return self._refusal(sch)

@@ -45,7 +45,10 @@ from .space import Candidate, DesignSpace
 
 @dataclass
 class Progress:
-    """Where a tuning run is (passed to the ``progress`` callback after each measurement)."""
+    """Where a tuning run is: passed to the ``progress`` callback after each measurement, and
+    before each step that takes a while until the first one, with ``stage`` saying what is
+    being done ("making the design spaces", "starting Ray", "resuming from 40 records",
+    "searching the first round"); ``stage`` is None for a measurement."""
 
     trials_done: int
     trials_total: int
@@ -54,6 +57,7 @@ class Progress:
     eta_s: float | None
     failed: int
     unit: str
+    stage: str | None = None
 
 
 @dataclass
@@ -85,7 +89,11 @@ class TuneError(RuntimeError):
     """Tuning could not run (bad arguments, an empty design space, no valid candidate)."""
 
 
-def _check_runs_here(hw: Hardware, address: str | None) -> None:
+class TuneInputError(TuneError, ValueError):
+    """The arguments of :func:`tune` cannot work (the CLI exits with code 2: a mistake in the input)."""
+
+
+def check_runs_here(hw: Hardware, address: str | None) -> None:
     """TuneError, before anything starts, when the candidates are to be measured on this machine
     (no cluster address) and this CPU cannot run code built for ``hw``."""
     if address is None and not hw.runs_here:
@@ -95,7 +103,7 @@ def _check_runs_here(hw: Hardware, address: str | None) -> None:
             if missing
             else "another architecture"
         )
-        raise TuneError(
+        raise TuneInputError(
             f"tune: this CPU cannot run code built for hardware {hw.name} ({lacks}); tune for --hardware host, "
             "or measure on machines that can (--address of their Ray cluster)"
         )
@@ -189,15 +197,15 @@ def tune(
     """
     from .cost_model import CostModel
     from .database import Database, TuningRecord, hardware_key
-    from .measure import Measurer, init_ray
+    from .measure import Measurer, init_ray, ray_started
     from .parallel import LocalEvaluator, RayEvaluator
 
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise TuneError(f"tune: trials must be a positive integer, got {trials!r}")
+        raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
-    _check_runs_here(hw, address)
+    check_runs_here(hw, address)
     config = config or SearchConfig()
     db = Database(work_dir)
     wkey = db.commit_workload(func, name)
@@ -208,9 +216,18 @@ def tune(
     def throughput(latency: float) -> float:
         return ops / latency / 1e9 if latency > 0 and math.isfinite(latency) else 0.0
 
+    def stage(text: str, done: int = 0) -> None:
+        if progress is not None:
+            progress(Progress(done, trials, None, time.perf_counter() - t_start, None, 0, unit, stage=text))
+
     cost_model = CostModel(seed=seed)
+    if transfer:
+        stage("pre-training the cost model on other workloads' records")
     transferred = _pretrain(cost_model, db, transfer_from, hw, wkey) if transfer else 0
+    stage(f"making the design spaces of {name} for {hw.name}")
     space = DesignSpace(func, hw)
+    if not ray_started():
+        stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
     init_ray(address)
     evaluator = LocalEvaluator(space) if workers == 0 else RayEvaluator(space, workers)
     measurer = Measurer(func, hw, workload=workload, address=address, timeout_s=timeout_s, repeat=repeat, seed=seed)
@@ -227,6 +244,7 @@ def tune(
         ok_records = sorted((r for r in records if r.ok), key=lambda r: r.latency)
         measured: list[Candidate] = []
         if records:
+            stage(f"resuming from {len(records)} records in {db.dir}", len(records))
             replayed = measured_population(
                 space, evaluator, [(Trace.from_json(r.trace).simplified(remove_postproc=True), 0) for r in records]
             )
@@ -241,6 +259,10 @@ def tune(
         done = len(records)
         t_loop = time.perf_counter()
         done_at_start = done
+        if done < trials:
+            stage(
+                f"searching the first {'' if done == 0 else 'resumed '}round ({len(space.traces)} design spaces)", done
+            )
         while done < trials:
             stats = RoundStats()
             want = min(config.num_trials_per_iter, trials - done)

@@ -1,0 +1,120 @@
+"""Every CLI failure is one or two lines with exit code 2 (a mistake in the input) or 1 (the run
+failed), never a traceback unless ``--debug``; Ctrl-C, SIGTERM and SIGHUP end a tune the same clean
+way with every record kept. Each case runs the real command in a subprocess."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+cli = importlib.import_module("tensorsearch.cli.main")  # the module (the package exports its main)
+
+
+def run(*argv: str, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    return subprocess.run(
+        [sys.executable, "-m", "tensorsearch", *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def errors(proc: subprocess.CompletedProcess) -> list[str]:
+    """stderr without the header line and the derived-host warning."""
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return [
+        line
+        for line in proc.stderr.splitlines()
+        if line.strip() and ": warning: " not in line and " trials, work dir " not in line
+    ]
+
+
+def test_hardware_this_cpu_cannot_run_is_refused_before_the_search(tmp_path):
+    if platform.machine() not in ("x86_64", "AMD64"):
+        pytest.skip("the refusal is shown with an aarch64 descriptor on an x86-64 host")
+    proc = run("tune", "GMM", "--hardware", "arm-graviton2", "--trials", "4", "--work-dir", "w", cwd=tmp_path)
+    assert proc.returncode == 2
+    (line,) = errors(proc)
+    assert line.startswith("tensorsearch tune: error: this CPU cannot run code built for hardware arm-graviton2")
+    assert not (tmp_path / "w" / "database").exists()
+
+
+def test_work_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "w").write_text("not a directory")
+    proc = run("tune", "GMM", "--hardware", "host", "--trials", "4", "--work-dir", "w", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert errors(proc) == ["tensorsearch tune: error: argument --work-dir: w exists and is not a directory"]
+
+
+def test_work_dir_that_cannot_be_written_is_refused_before_the_search(tmp_path):
+    if not Path("/proc/self").exists():
+        pytest.skip("uses /proc, where no directory can be made")
+    proc = run("tune", "GMM", "--hardware", "host", "--trials", "4", "--work-dir", "/proc/tensorsearch/w", cwd=tmp_path)
+    assert proc.returncode == 2
+    (line,) = errors(proc)
+    assert line.startswith("tensorsearch tune: error: argument --work-dir: cannot write in /proc/tensorsearch/w")
+
+
+def test_a_broken_hardware_file_names_file_and_key(tmp_path):
+    (tmp_path / "mine.yaml").write_text("name: mine\nkind: cpu\n")
+    proc = run("match", "GMM", "--hardware", "mine.yaml", cwd=tmp_path)
+    assert proc.returncode == 2
+    (line,) = errors(proc)
+    assert line.startswith("tensorsearch match: error: mine.yaml: triple: missing required key")
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = f"{sys.executable} -m tensorsearch match GMM --hardware x86-znver4 | head -1"
+    proc = subprocess.run(["sh", "-c", command], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.stdout.startswith("# GMM[0] int8")
+    assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    proc = run("tune", "NOPE", "--hardware", "host", "--trials", "4", "--debug", cwd=tmp_path)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr
+
+
+def test_a_bug_is_one_line_and_says_how_to_see_more(monkeypatch, capsys):
+    def broken(args):
+        raise ZeroDivisionError("division by zero")
+
+    monkeypatch.setattr(cli, "_cmd_workloads", broken)
+    assert cli.main(["workloads"]) == 1
+    assert capsys.readouterr().err.splitlines() == [
+        "tensorsearch workloads: error: ZeroDivisionError: division by zero",
+        "tensorsearch workloads: this is a bug; run again with --debug for the traceback",
+    ]
+    with pytest.raises(ZeroDivisionError):
+        cli.main(["workloads", "--debug"])
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_a_signal_stops_a_tune_cleanly_and_keeps_every_record(tmp_path, sig):
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    argv = [sys.executable, "-m", "tensorsearch", "tune", "GMM", "--hardware", "host", "--trials", "64"]
+    proc = subprocess.Popen(
+        [*argv, "--work-dir", "w"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    records = tmp_path / "w" / "database" / "tuning_records.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records.exists() and records.read_text().count("\n") >= 2:
+            break
+        time.sleep(0.2)
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    kept = [json.loads(line) for line in records.read_text().splitlines()]
+    assert len(kept) >= 2 and len({r["candidate_key"] for r in kept}) == len(kept)
+    assert f"interrupted: {len(kept)} records kept in w/database" in err
