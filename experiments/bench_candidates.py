@@ -2,7 +2,11 @@
 
 Run from the repository root, under the shared lock:
 
-    flock /tmp/tensorsearch-bench.lock python experiments/bench_candidates.py [--rounds 3] [--out runs/bench_candidates]
+    flock /tmp/tensorsearch-bench.lock python experiments/bench_candidates.py [--rounds 3] [--out DIR | --update-tracked]
+
+It writes ``candidates.csv`` and ``candidates.md`` under ``--out`` (default
+``results/bench_candidates/``, git-ignored; ``--update-tracked`` writes them into the tracked
+``experiments/results/`` instead, see ``experiments/outputs.py``).
 
 A *candidate* is a design-space trace replayed with fresh or mutated decisions, post-processed
 and featurized (``parallel.run_job``, in this process, no Ray). For each workload (int8 GMM
@@ -40,6 +44,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import outputs
 
 REPO = Path(__file__).resolve().parent.parent
 WORKLOADS = [("GMM", 3, "int8"), ("C2D", 0, "float32"), ("C2D", 1, "float32")]
@@ -145,7 +151,8 @@ def _subprocess(root: Path, n: int, seed: int) -> list[dict]:
     return json.loads(out.strip().splitlines()[-1])
 
 
-def _write(rows: list[dict], out: Path, command: str) -> None:
+def _write(rows: list[dict], dest: outputs.Outputs, command: str) -> None:
+    out = dest.out
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "candidates.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -164,9 +171,10 @@ def _write(rows: list[dict], out: Path, command: str) -> None:
         )
     (out / "candidates.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+    dest.wrote(["candidates.csv", "candidates.md"])
 
 
-def compare(args: argparse.Namespace) -> None:
+def compare(args: argparse.Namespace, dest: outputs.Outputs) -> None:
     """Alternate base and working tree ``--rounds`` times; write the table of best rates."""
     base = _worktree(args.base)
     after = _snapshot()
@@ -200,7 +208,7 @@ def compare(args: argparse.Namespace) -> None:
                 }
             )
     shutil.rmtree(after, ignore_errors=True)
-    _write(rows, Path(args.out), "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
+    _write(rows, dest, "python " + " ".join([Path(sys.argv[0]).as_posix(), *sys.argv[1:]]))
 
 
 def profile(args: argparse.Namespace) -> None:
@@ -220,16 +228,16 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--base", default="c3b3689", help="the commit to compare against")
-    parser.add_argument("--out", default=str(REPO / "runs" / "bench_candidates"))
     parser.add_argument("--profile", help="profile the working tree's jobs into this file instead")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    outputs.add_arguments(parser, "bench_candidates")
     args = parser.parse_args()
     if args.worker:
         print(json.dumps(measure(args.n, args.seed)))
     elif args.profile:
         profile(args)
     else:
-        compare(args)
+        compare(args, outputs.outputs(args, "bench_candidates"))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 
 Run from the repository root:
 
-    python experiments/bench_manual_gemm.py [--rounds 7] [--out experiments/results]
+    python experiments/bench_manual_gemm.py [--rounds 7] [--out DIR | --update-tracked]
 
 The script re-executes itself without ``OPENBLAS_CORETYPE`` and ``OPENBLAS_L2_SIZE`` in its
 environment (before numpy is imported), so OpenBLAS picks its own kernel for this CPU, and with
@@ -18,7 +18,9 @@ random inputs, then times, interleaved over ``--rounds`` rounds so that both sid
 machine load: our module with 1 thread and with all threads (``mod.num_threads``), numpy with 1
 and all threads (``threadpoolctl``), and our module without FMA contraction. It prints and
 writes ``gemm_manual.csv`` and ``gemm_manual.md`` (and ``gemm_manual.png`` when matplotlib is
-installed) under ``--out``.
+installed) under ``--out`` (default ``results/bench_manual_gemm/``, git-ignored;
+``--update-tracked`` writes them into the tracked ``experiments/results/``, see
+``experiments/outputs.py``).
 
 GFLOPS = 2 * 1024^3 / seconds. "median" is the median over every timed repeat of every round,
 "best" the fastest repeat (the least disturbed by other jobs on a shared machine).
@@ -42,9 +44,9 @@ import csv  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import time  # noqa: E402
-from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import outputs  # noqa: E402
 from threadpoolctl import threadpool_info, threadpool_limits  # noqa: E402
 
 import tensorsearch as ts  # noqa: E402
@@ -131,9 +133,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7, help="interleaved timing rounds (default 7)")
     ap.add_argument("--number", type=int, default=3, help="calls per timed repeat (default 3)")
     ap.add_argument("--repeat", type=int, default=3, help="timed repeats per round (default 3)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="output directory")
+    outputs.add_arguments(ap, "bench_manual_gemm")
     args = ap.parse_args()
-    out_dir = Path(args.out)
+    dest = outputs.outputs(args, "bench_manual_gemm")
+    out_dir = dest.out
     out_dir.mkdir(parents=True, exist_ok=True)
     all_threads = os.cpu_count() or 1
 
@@ -237,13 +240,14 @@ def main() -> None:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    cmd = "python experiments/bench_manual_gemm.py" + "".join(f" {a}" for a in sys.argv[1:])
     md = [
         "# float32 GEMM 1024^3: hand-written schedule vs numpy sgemm",
         "",
-        "Command: `python experiments/bench_manual_gemm.py` (re-executes itself without "
+        f"Command: `{cmd}` (re-executes itself without "
         "`OPENBLAS_CORETYPE`/`OPENBLAS_L2_SIZE` and with `OMP_WAIT_POLICY=passive`; same as "
         "`env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_WAIT_POLICY=passive "
-        "python experiments/bench_manual_gemm.py`)",
+        f"{cmd}`)",
         f"with {args.rounds} interleaved rounds x {args.repeat} repeats x {args.number} calls.",
         "",
         *[f"- {e}" for e in env],
@@ -275,6 +279,7 @@ def main() -> None:
         "",
     ]
     (out_dir / "gemm_manual.md").write_text("\n".join(md))
+    names = ["gemm_manual.csv", "gemm_manual.md"]
     try:
         import matplotlib
 
@@ -290,7 +295,8 @@ def main() -> None:
         ax.set_title("float32 GEMM 1024^3")
         fig.tight_layout()
         fig.savefig(out_dir / "gemm_manual.png", dpi=120)
-    print(f"wrote {out_dir}/gemm_manual.csv, gemm_manual.md")
+        names.append("gemm_manual.png")
+    dest.wrote(names)
 
 
 if __name__ == "__main__":

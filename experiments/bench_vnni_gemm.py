@@ -2,7 +2,11 @@
 
 Run from the repository root:
 
-    python experiments/bench_vnni_gemm.py [--rounds 7] [--out experiments/results]
+    python experiments/bench_vnni_gemm.py [--rounds 7] [--out DIR | --update-tracked]
+
+It writes ``vnni_gemm.csv`` and ``vnni_gemm.md`` under ``--out`` (default
+``results/bench_vnni_gemm/``, git-ignored; ``--update-tracked`` writes them into the tracked
+``experiments/results/``, see ``experiments/outputs.py``).
 
 Issue 5's acceptance: the tensorized int8 GEMM (``GMM`` batch 1, 1024^3, X uint8 [i, k], Y int8
 [k, j] in plain layout, Z int32) reaches at least 50% of the vpdpbusd peak of this machine,
@@ -36,10 +40,10 @@ import platform
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import llvmlite.binding as llvm
 import numpy as np
+import outputs
 
 import tensorsearch as ts
 from tensorsearch import hardware, workloads
@@ -196,10 +200,10 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=3, help="calls per timed repeat (default 3)")
     ap.add_argument("--repeat", type=int, default=3, help="timed repeats per round (default 3)")
     ap.add_argument("--peak-iters", type=int, default=5_000_000, help="iterations per peak call (default 5e6)")
-    ap.add_argument("--out", default=str(Path(__file__).parent / "results"), help="output directory")
+    outputs.add_arguments(ap, "bench_vnni_gemm")
     args = ap.parse_args()
-    out_dir = Path(args.out)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    dest = outputs.outputs(args, "bench_vnni_gemm")
+    out_dir = dest.out
     all_threads = os.cpu_count() or 1
 
     wl = workloads.make("GMM", (1, N, N, N), "int8")
@@ -334,6 +338,7 @@ def main() -> None:
     for t in table:
         print("".join(f"{c:<31}" if i == 0 else f"{c:>28}" for i, c in enumerate(t)))
 
+    out_dir.mkdir(parents=True, exist_ok=True)
     with open(out_dir / "vnni_gemm.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
@@ -367,7 +372,7 @@ def main() -> None:
         "",
     ]
     (out_dir / "vnni_gemm.md").write_text("\n".join(md))
-    print(f"wrote {out_dir}/vnni_gemm.csv, vnni_gemm.md")
+    dest.wrote(["vnni_gemm.csv", "vnni_gemm.md"])
 
 
 if __name__ == "__main__":

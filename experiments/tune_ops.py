@@ -3,7 +3,7 @@
 Run from the repository root:
 
     python experiments/tune_ops.py [--trials 256] [--ops C1D,C2D,GMM:3@256,...] [--dtypes int8,float32]
-                                   [--out experiments/results] [--work-dir DIR] [--tvm-python PATH]
+                                   [--out DIR | --update-tracked] [--work-dir DIR] [--tvm-python PATH]
 
 For every operator (``NAME`` is its first table shape, ``NAME:I`` shape ``I``; the default list is
 the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM the
@@ -25,10 +25,13 @@ is the median over the pairs. ``tuned`` is the throughput the tuner itself measu
 comparison itself is not automated here); otherwise it reads ``n/a (apache-tvm not installed)``.
 
 Writes ``tune_ops.csv``, ``tune_ops.md`` and ``tune_ops.png`` (every run's tuning curve as a
-fraction of its final best) under ``--out``, rewritten after every run so an interrupted
-benchmark keeps what it finished. Each run's database, curve and best trace stay in
-``--work-dir/NAME_I_DTYPE`` (a fresh temporary directory by default; an existing work dir
-resumes from its records, so its trial count and wall time are those of the resumed run).
+fraction of its final best) under ``--out`` (default ``results/tune_ops/``, git-ignored;
+``--update-tracked`` writes them into the tracked ``experiments/results/``, see
+``experiments/outputs.py``), rewritten after every run so an interrupted benchmark keeps what it
+finished. Each run's database, curve and best trace stay in ``--work-dir/NAME_I_DTYPE`` (by
+default a fresh ``work-YYYYmmdd-HHMMSS/`` under the out dir, under ``results/tune_ops/`` with
+``--update-tracked``; a given work dir that exists resumes from its records, so its trial count
+and wall time are those of the resumed run).
 
 The script re-executes itself without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE``; it leaves
 libgomp's wait policy alone (``OMP_WAIT_POLICY=passive``, which earlier versions set, doubled the
@@ -50,7 +53,6 @@ import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
@@ -58,6 +60,7 @@ from pathlib import Path  # noqa: E402
 from unittest import mock  # noqa: E402
 
 import numpy as np  # noqa: E402
+import outputs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OPS = ("C1D", "C2D", "C3D", "DEP", "DIL", "GMM", "GRP", "T2D", "GMM:3")
@@ -346,8 +349,10 @@ def main() -> None:
         "--ops", default=",".join(OPS), help=f"comma-separated NAME or NAME:INDEX (default {','.join(OPS)})"
     )
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated dtypes (default int8,float32)")
-    ap.add_argument("--out", default=str(HERE / "results"), help="output directory (default experiments/results)")
-    ap.add_argument("--work-dir", help="parent of the runs' work dirs (default: a fresh temporary directory)")
+    ap.add_argument(
+        "--work-dir",
+        help="parent of the runs' work dirs, resumed if they exist (default: a fresh one under the out dir)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="tuning seed (default 0)")
     ap.add_argument("--address", help="Ray cluster address (default: a local cluster)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads when re-timing (default: all)")
@@ -355,9 +360,16 @@ def main() -> None:
     ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing sample (default 0.05)")
     ap.add_argument("--peak-iters", type=int, default=2_000_000, help="iterations per peak sample (default 2e6)")
     ap.add_argument("--tvm-python", help="a Python executable with apache-tvm installed, if any")
+    outputs.add_arguments(ap, "tune_ops")
     args = ap.parse_args()
     if args.trials < 1:
         ap.error(f"--trials must be a positive integer, not {args.trials}")
+    dest = outputs.outputs(args, "tune_ops")
+    if args.work_dir:
+        try:
+            outputs.check_untracked(args.work_dir, "--work-dir")
+        except outputs.OutputError as err:
+            sys.exit(f"tune_ops.py: error: {err}")
 
     from tensorsearch import hardware, workloads
 
@@ -369,9 +381,9 @@ def main() -> None:
                 workloads.get(name, index, dtype)
             except ValueError as err:
                 ap.error(f"--ops/--dtypes: {err}")
-    out_dir = Path(args.out)
+    out_dir = dest.out
     out_dir.mkdir(parents=True, exist_ok=True)
-    work_root = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="tune_ops_"))
+    work_root = Path(args.work_dir) if args.work_dir else dest.fresh_dir("work")
     hw = hardware.load("host")
     vnni = hw.has_feature("+avx512vnni")
     peak = MachinePeak(args.threads, args.peak_iters) if vnni and "int8" in dtypes else None
@@ -393,7 +405,8 @@ def main() -> None:
     except KeyboardInterrupt:
         print(f"interrupted after {len(rows)} of {len(runs)} runs", file=sys.stderr)
     print((out_dir / "tune_ops.md").read_text() if rows else "no run finished")
-    print(f"wrote {out_dir}/tune_ops.csv, tune_ops.md, tune_ops.png; work dirs under {work_root}")
+    names = ["tune_ops.csv", "tune_ops.md", "tune_ops.png"] if rows else []
+    dest.wrote(names, f"work dirs under {outputs.show(work_root)}/")
 
 
 if __name__ == "__main__":

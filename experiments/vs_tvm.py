@@ -4,7 +4,7 @@ Run from the repository root (a benchmark: hold the shared lock):
 
     python experiments/vs_tvm.py --setup            # once: the TVM side environment in .tvm-env/
     flock /tmp/tensorsearch-bench.lock python experiments/vs_tvm.py [--ops C2D:1,T2D:0,GMM:3]
-        [--dtypes float32,int8] [--trials 64] [--out runs/vs_tvm-DATE] [--rounds 5] [--debug]
+        [--dtypes float32,int8] [--trials 64] [--out DIR | --update-tracked] [--rounds 5] [--debug]
 
 **The side environment.** ``--setup`` makes a virtual environment in ``.tvm-env/`` (git-ignored)
 with ``apache-tvm==0.27.0.post1`` and ``apache-tvm-ffi==0.1.14.post1`` (0.1.15 segfaults on JSON
@@ -35,12 +35,14 @@ pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
    speed ratio ``ours/TVM`` (TVM latency over ours: above 1, ours is faster) is the median over
    the rounds' pairs. The two processes never run at once.
 
-Writes under ``--out`` (default ``runs/vs_tvm-YYYYmmdd-HHMMSS``; ``runs/`` is git-ignored):
-``vs_tvm.csv`` and ``vs_tvm.md`` (rewritten after every run, geomean of the ratios last),
-``dumps/NAME_INDEX_DTYPE/`` with both best kernels (``tvm_tir.py`` scheduled TIR, ``tvm_trace.py``,
-``tvm.ll``, ``tvm.s``, ``tvm_lib.so`` for ``tvm.runtime.load_module``; ``ours_tir.py``,
-``ours_trace.json``, ``ours.ll``, ``ours.s``),
-``work/`` (both tuners' databases and logs) and ``tvm_worker.log`` (TVM's output).
+Writes ``vs_tvm.csv`` and ``vs_tvm.md`` (rewritten after every run, geomean of the ratios last)
+under ``--out`` (default ``results/vs_tvm/``, git-ignored; ``--update-tracked`` writes them into the
+tracked ``experiments/results/``, see ``experiments/outputs.py``), and under the out dir (under
+``results/vs_tvm/`` with ``--update-tracked``): ``dumps/NAME_INDEX_DTYPE/`` with both best kernels
+(``tvm_tir.py`` scheduled TIR, ``tvm_trace.py``, ``tvm.ll``, ``tvm.s``, ``tvm_lib.so`` for
+``tvm.runtime.load_module``; ``ours_tir.py``, ``ours_trace.json``, ``ours.ll``, ``ours.s``),
+``work-YYYYmmdd-HHMMSS/`` (both tuners' databases and logs, fresh for every invocation so that
+neither tuner resumes an earlier run's records) and ``tvm_worker.log`` (TVM's output, appended).
 
 The script re-executes itself without ``OPENBLAS_CORETYPE``/``OPENBLAS_L2_SIZE``; it leaves
 libgomp's wait policy alone (``OMP_WAIT_POLICY=passive``, which earlier versions set, doubled the
@@ -63,12 +65,12 @@ import math  # noqa: E402
 import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
-import time  # noqa: E402
 import traceback  # noqa: E402
 import warnings  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+import outputs  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -180,16 +182,21 @@ def dump_ours(result, dump: Path) -> None:
     (dump / "ours.s").write_text(mod.assembly)
 
 
-def compare_one(name: str, index: int, dtype: str, hw, worker: TvmWorker, args, out_dir: Path, row: dict) -> None:
-    """Tune both, check both, re-time both; fills ``row`` as it goes (a failure keeps what was measured)."""
+def compare_one(
+    name: str, index: int, dtype: str, hw, worker: TvmWorker, args, scratch: Path, work_root: Path, row: dict
+) -> None:
+    """Tune both, check both, re-time both; fills ``row`` as it goes (a failure keeps what was measured).
+
+    The kernels are dumped under ``scratch/dumps``, the tuners work under ``work_root``.
+    """
     from tensorsearch import workloads
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar
 
     wl = workloads.get(name, index, dtype)
     key = f"{name}_{index}_{dtype}"
-    dump = out_dir / "dumps" / key
-    work = out_dir / "work" / key
+    dump = scratch / "dumps" / key
+    work = work_root / key
     vnni = hw.has_feature("+avx512vnni")
     row.update(
         args="x".join(map(str, wl.args)),
@@ -197,7 +204,10 @@ def compare_one(name: str, index: int, dtype: str, hw, worker: TvmWorker, args, 
     )
     expect = [{"shape": list(t.shape), "dtype": t.dtype} for t in [*wl.inputs, *wl.outputs]]
 
-    print(f"== {wl.key}: TVM MetaSchedule, {args.trials} trials (log: {out_dir / 'tvm_worker.log'})", file=sys.stderr)
+    print(
+        f"== {wl.key}: TVM MetaSchedule, {args.trials} trials (log: {outputs.show(scratch / 'tvm_worker.log')})",
+        file=sys.stderr,
+    )
     t = worker.ask(
         cmd="tune",
         name=name,
@@ -293,7 +303,7 @@ def geomean(rows: list[dict]) -> float | None:
     return round(math.exp(sum(map(math.log, ratios)) / len(ratios)), 3) if ratios else None
 
 
-def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str) -> str:
+def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str, dumps: str = "dumps/") -> str:
     from tensorsearch.search.report import format_markdown_table
 
     g = geomean(rows)
@@ -324,7 +334,7 @@ def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str) -> 
             "once). `ours/TVM speed`: TVM latency over ours, the median over the rounds' pairs (above 1: "
             "ours is faster). Tuner's ms: the best latency each tuner measured while tuning. Both "
             "kernels are checked against the numpy reference first. IR and assembly of both best "
-            "kernels: `dumps/`.",
+            f"kernels: `{dumps}`.",
             "",
         ]
     )
@@ -360,16 +370,17 @@ def main() -> int:
     )
     ap.add_argument("--dtypes", default=",".join(DTYPES), help="comma-separated: float32, int8 (default float32)")
     ap.add_argument("--trials", type=int, default=64, help="trials per tuning run, both tuners (default 64)")
-    ap.add_argument("--out", help="output directory (default runs/vs_tvm-DATE-TIME)")
     ap.add_argument("--seed", type=int, default=0, help="tuning seed, both tuners (default 0)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="cores: tuning and timing (default all)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved re-timing rounds (default 5)")
     ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing repeat (default 0.05)")
     ap.add_argument("--mcpu", help="TVM's -mcpu (default: tensorsearch.hardware.load('host').cpu)")
     ap.add_argument("--debug", action="store_true", help="tracebacks, and TVM's output on stderr")
+    outputs.add_arguments(ap, "vs_tvm")
     args = ap.parse_args()
     if args.setup:
         return setup_env()
+    dest = outputs.outputs(args, "vs_tvm")
     if args.trials < 1:
         ap.error(f"--trials must be a positive integer, not {args.trials}")
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -396,10 +407,12 @@ def main() -> int:
         warnings.simplefilter("ignore")  # "no shipped descriptor matches": expected on most hosts
         hw = hardware.load("host")
     args.mcpu = args.mcpu or hw.cpu
-    out_dir = Path(args.out) if args.out else ROOT / "runs" / time.strftime("vs_tvm-%Y%m%d-%H%M%S")
+    out_dir = dest.out
     out_dir.mkdir(parents=True, exist_ok=True)
+    work_root = dest.fresh_dir("work")  # fresh: neither tuner resumes an earlier run's records
+    dumps = outputs.show(dest.scratch / "dumps") + "/"
     cmd = "python experiments/vs_tvm.py" + "".join(f" {a}" for a in sys.argv[1:])
-    worker = TvmWorker(args.threads, out_dir / "tvm_worker.log", args.debug)
+    worker = TvmWorker(args.threads, dest.scratch / "tvm_worker.log", args.debug)
     rows: list[dict] = []
     runs = [(name, index, dtype) for name, index in ops for dtype in dtypes]
     md = ""
@@ -407,14 +420,14 @@ def main() -> int:
         for name, index, dtype in runs:
             row: dict = {"op": name, "index": index, "dtype": dtype, "trials": args.trials}
             try:
-                compare_one(name, index, dtype, hw, worker, args, out_dir, row)
+                compare_one(name, index, dtype, hw, worker, args, dest.scratch, work_root, row)
             except Failure as err:
                 if args.debug:
                     traceback.print_exc()
                 print(f"{name}:{index} {dtype}: {err}", file=sys.stderr)
                 row["error"] = str(err)
                 if worker.proc.poll() is not None:  # a dead worker: start another for the next run
-                    worker = TvmWorker(args.threads, out_dir / "tvm_worker.log", args.debug)
+                    worker = TvmWorker(args.threads, dest.scratch / "tvm_worker.log", args.debug)
             except Exception as err:  # one failing run must not lose the others
                 if args.debug:
                     traceback.print_exc()
@@ -423,14 +436,15 @@ def main() -> int:
                 )
                 row["error"] = f"{type(err).__name__}: {err}"
             rows.append(row)
-            md = write_outputs(rows, out_dir, machine_info(hw, args, tvm_version), cmd)
+            md = write_outputs(rows, out_dir, machine_info(hw, args, tvm_version), cmd, dumps)
             print({k: v for k, v in row.items()}, file=sys.stderr)
     except KeyboardInterrupt:
         print(f"interrupted after {len(rows)} of {len(runs)} runs", file=sys.stderr)
     finally:
         worker.close()
     print(md or "no run finished")
-    print(f"wrote {out_dir}/vs_tvm.csv, vs_tvm.md, dumps/")
+    names = ["vs_tvm.csv", "vs_tvm.md"] if rows else []
+    dest.wrote(names, f"dumps, work dirs and tvm_worker.log under {outputs.show(dest.scratch)}/")
     return 0
 
 

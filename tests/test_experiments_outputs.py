@@ -1,0 +1,141 @@
+"""The benchmarks in experiments/ write where they are told, never over tracked results by default (issue 13).
+
+``experiments/outputs.py`` gives every script ``--out DIR`` (default ``results/<script>/``,
+git-ignored) and ``--update-tracked`` (the only way to write into ``experiments/results/``). Nothing
+here runs a benchmark: the scripts are started with ``--help`` or with a refused ``--out``, and
+tune_ops.py's main runs with its tuning replaced by a stub.
+"""
+
+import shutil
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import numpy  # noqa: F401  (loaded before any experiments/ script: they re-execute themselves only before numpy)
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXPERIMENTS = ROOT / "experiments"
+sys.path.insert(0, str(EXPERIMENTS))
+import outputs  # noqa: E402
+
+SCRIPTS = ["bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "tune_ops", "vs_tvm"]
+
+
+def test_default_out_dirs_are_git_ignored():
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    inside = subprocess.run(["git", "rev-parse", "--is-inside-work-tree"], cwd=ROOT, capture_output=True, text=True)
+    if inside.returncode != 0 or inside.stdout.strip() != "true":
+        pytest.skip("not a git checkout")
+    for script in SCRIPTS:
+        out = outputs.default_out(script)
+        assert outputs.resolve_out(None, False, script) == out
+        probe = out / "table.md"
+        ignored = subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=ROOT)
+        assert ignored.returncode == 0, f"{probe} is not git-ignored"
+    # and the tracked directory really is tracked: the check below guards something
+    tracked = subprocess.run(["git", "ls-files", "experiments/results"], cwd=ROOT, capture_output=True, text=True)
+    assert tracked.stdout.strip(), "experiments/results/ holds no tracked file"
+
+
+def test_tracked_dir_needs_the_flag(tmp_path):
+    inside = outputs.TRACKED / "sub"
+    for path in (outputs.TRACKED, inside, str(inside)):
+        with pytest.raises(outputs.OutputError, match="--update-tracked"):
+            outputs.resolve_out(path, False, "tune_ops")
+        assert outputs.resolve_out(path, True, "tune_ops") == Path(path)
+    assert outputs.resolve_out(None, True, "tune_ops") == outputs.TRACKED
+    # --update-tracked writes into experiments/results/ and nowhere else
+    with pytest.raises(outputs.OutputError, match="outside it"):
+        outputs.resolve_out(tmp_path, True, "tune_ops")
+    assert outputs.resolve_out(tmp_path, False, "tune_ops") == tmp_path
+    # a path that only leads into experiments/results/ through a link is refused too
+    link = tmp_path / "link"
+    link.symlink_to(outputs.TRACKED, target_is_directory=True)
+    with pytest.raises(outputs.OutputError):
+        outputs.resolve_out(link / "x", False, "tune_ops")
+    # work dirs never go there, flag or not
+    with pytest.raises(outputs.OutputError):
+        outputs.check_untracked(inside, "--work-dir")
+    assert outputs.check_untracked(tmp_path, "--work-dir") == tmp_path
+
+
+def test_scratch_stays_out_of_the_tracked_dir(tmp_path, monkeypatch):
+    class Args:
+        out, update_tracked = None, True
+
+    dest = outputs.outputs(Args(), "vs_tvm")
+    assert dest.out == outputs.TRACKED and dest.tracked
+    assert dest.scratch == outputs.default_out("vs_tvm")
+    Args.out, Args.update_tracked = str(tmp_path / "o"), False
+    dest = outputs.outputs(Args(), "vs_tvm")
+    assert dest.scratch == dest.out == tmp_path / "o" and not dest.tracked
+    first, second = dest.fresh_dir("work"), dest.fresh_dir("work")
+    assert first != second and first.parent == second.parent == dest.out and first.is_dir()
+    Args.out = str(outputs.TRACKED / "x")
+    with pytest.raises(SystemExit, match="^vs_tvm.py: error: .*--update-tracked"):
+        outputs.outputs(Args(), "vs_tvm")
+
+
+def _run_all(args: list[str]) -> dict[str, subprocess.CompletedProcess]:
+    """Every script with ``args``, started at once (each imports numpy/tensorsearch: 0.5-2 s)."""
+    procs = {
+        s: subprocess.Popen(
+            [sys.executable, str(EXPERIMENTS / f"{s}.py"), *args],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for s in SCRIPTS
+    }
+    done = {}
+    for s, p in procs.items():
+        out, err = p.communicate(timeout=120)
+        done[s] = subprocess.CompletedProcess(p.args, p.returncode, out, err)
+    return done
+
+
+def test_every_script_takes_out_and_update_tracked():
+    for script, res in _run_all(["--help"]).items():
+        assert res.returncode == 0, (script, res.stderr)
+        assert "--out DIR" in res.stdout and "--update-tracked" in res.stdout, script
+        assert f"results/{script}/" in res.stdout, script
+
+
+def test_every_script_refuses_the_tracked_dir_before_working():
+    probe = outputs.TRACKED / f"_probe_{uuid.uuid4().hex[:8]}"
+    try:
+        for script, res in _run_all(["--out", str(probe)]).items():
+            assert res.returncode != 0, script
+            lines = res.stderr.strip().splitlines()
+            assert len(lines) == 1 and lines[0].startswith(f"{script}.py: error:"), (script, res.stderr)
+            assert "--update-tracked" in lines[0], script
+        assert not probe.exists()
+    finally:
+        if probe.exists():
+            shutil.rmtree(probe)
+
+
+@pytest.mark.filterwarnings("ignore:hardware 'host'")
+def test_tune_ops_writes_tables_and_work_dirs_under_out(tmp_path, monkeypatch, capsys):
+    """tune_ops.main with the tuning stubbed: tables in --out, a fresh work dir under it, nothing tracked."""
+    import tune_ops
+
+    seen = []
+
+    def fake_tune_one(name, index, trials, dtype, hw, args, work_root, peak, tvm):
+        seen.append(work_root)
+        return {"op": name, "index": index, "dtype": dtype, "trials": trials, "curve": [(1, 1.0), (2, 2.0)]}
+
+    monkeypatch.setattr(tune_ops, "tune_one", fake_tune_one)
+    out = tmp_path / "out"
+    monkeypatch.setattr(sys, "argv", ["tune_ops.py", "--ops", "GMM", "--dtypes", "float32", "--out", str(out)])
+    before = {p: p.stat().st_mtime_ns for p in outputs.TRACKED.iterdir()}
+    tune_ops.main()
+    assert sorted(p.name for p in out.iterdir() if p.is_file()) == ["tune_ops.csv", "tune_ops.md", "tune_ops.png"]
+    assert len(seen) == 1 and seen[0].parent == out and seen[0].name.startswith("work-") and seen[0].is_dir()
+    assert f"wrote tune_ops.csv, tune_ops.md, tune_ops.png to {out}/" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in outputs.TRACKED.iterdir()} == before
