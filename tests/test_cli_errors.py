@@ -68,7 +68,7 @@ def test_a_broken_hardware_file_names_file_and_key(tmp_path):
     proc = run("match", "GMM", "--hardware", "mine.yaml", cwd=tmp_path)
     assert proc.returncode == 2
     (line,) = errors(proc)
-    assert line.startswith("tensorsearch match: error: mine.yaml: triple: missing required key")
+    assert line.startswith("tensorsearch match: error: argument --hardware: mine.yaml: triple: missing required key")
 
 
 def test_a_closed_pipe_ends_quietly(tmp_path):

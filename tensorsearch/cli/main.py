@@ -14,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from ..target import load
+from .programs import Program, is_program_file, load_program
 
 
 def _cmd_workloads(args: argparse.Namespace) -> int:
@@ -28,12 +29,9 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
-    from .. import workloads
-    from ..arith import verify
-
-    wl = workloads.get(args.name, args.index, args.dtype)
-    func = verify(wl.func)
-    header = f"# {wl.name}[{wl.index}] {wl.dtype} args={wl.args}"
+    prog = _program(args, "float32", trace=args.trace)
+    func = prog.func
+    header = f"# {prog.label}"
     if args.trace:
         from ..schedule import Schedule, ScheduleError, Trace
 
@@ -48,7 +46,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
         try:
             trace.apply(sch)
         except ScheduleError as err:
-            raise ValueError(f"trace file {args.trace} does not apply to {wl.name}: {err}") from None
+            raise ValueError(f"trace file {args.trace} does not apply to {prog.label}: {err}") from None
         func = sch.func
         header += f" after the {len(trace)} instructions of {args.trace}"
     print(header)
@@ -56,13 +54,50 @@ def _cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_match(args: argparse.Namespace) -> int:
+def _program(args: argparse.Namespace, default_dtype: str, trace: str | None = None) -> Program:
+    """The program NAME names: a workload (``--index``, ``--dtype``) or a user's file (``--func``).
+    Without ``--dtype``, a trace written by ``tune`` into a work dir gives the workload's form."""
+    if is_program_file(args.name):
+        return _argument("NAME", load_program, args.name, args.func)
     from .. import workloads
+
+    _argument("NAME", workloads.shapes, args.name)
+    if args.dtype is None and trace is not None and (found := _tuned_workload(Path(trace), args.name)):
+        return found
+    dtype = args.dtype or default_dtype
+    _argument("--dtype", workloads.get, args.name, 0, dtype)
+    wl = _argument("--index", workloads.get, args.name, args.index, dtype)
+    return Program(wl.func, f"{wl.name}[{wl.index}] {wl.dtype} args={wl.args}", f"{wl.name}-{wl.index}-{wl.dtype}", wl)
+
+
+def _tuned_workload(trace: Path, name: str) -> Program | None:
+    """The one workload called ``name`` in the database of the work dir ``trace`` sits in."""
+    from ..search.database import Database, DatabaseError
+
+    if not (trace.parent / "database").is_dir():
+        return None
+    try:
+        db = Database.open_existing(trace.parent)
+    except DatabaseError:
+        return None
+    try:
+        keys = [k for k in db.workload_keys() if db.workload_name(k).split("/")[0] == name]
+        if len(keys) != 1:
+            return None
+        label = db.workload_name(keys[0])
+        return Program(
+            db.workload(keys[0]), f"{label} (from {trace.parent / 'database'})", label.replace("/", "-"), None
+        )
+    finally:
+        db.close()
+
+
+def _cmd_match(args: argparse.Namespace) -> int:
     from ..ir import BlockRealize, post_order_visit
     from ..target import match
 
-    wl = workloads.get(args.name, args.index, args.dtype)
-    hw = load(args.hardware)
+    prog = _program(args, "int8")
+    hw = _argument("--hardware", load, args.hardware)
     intrinsics = [i for i in hw.intrinsics if i.role == "compute"]
     blocks: list[str] = []
 
@@ -70,19 +105,19 @@ def _cmd_match(args: argparse.Namespace) -> int:
         if isinstance(n, BlockRealize) and n.block.name != "root" and n.block.name not in blocks:
             blocks.append(n.block.name)
 
-    post_order_visit(wl.func.body, visit)
+    post_order_visit(prog.func.body, visit)
     if args.block is not None:
         if args.block not in blocks:
-            raise ValueError(f"workload {wl.name} has no block {args.block!r}; its blocks are: {', '.join(blocks)}")
+            raise ValueError(f"{prog.label} has no block {args.block!r}; its blocks are: {', '.join(blocks)}")
         blocks = [args.block]
     skipped = [i.name for i in hw.intrinsics if i.role != "compute"]
-    print(f"# {wl.name}[{wl.index}] {wl.dtype} args={wl.args} on {hw.name}: {len(intrinsics)} compute intrinsic(s)")
+    print(f"# {prog.label} on {hw.name}: {len(intrinsics)} compute intrinsic(s)")
     if skipped:
         print(f"# not matched on their own (load/init/store members of a unit): {', '.join(skipped)}")
     for intrin in intrinsics:
         for name in blocks:
             print()
-            print(match(wl.func, name, intrin))
+            print(match(prog.func, name, intrin))
     return 0
 
 
@@ -136,38 +171,51 @@ def _records_kept(work_dir: Path, wl_func, hw) -> int:
         return sum(1 for line in path.read_text().splitlines() if line.strip())
 
 
-def _best_trace_script(trace, wl, hw, hardware_arg: str, result) -> str:
+def _best_trace_script(trace, prog: Program, args: argparse.Namespace, hw, result) -> str:
+    wl = prog.workload
+    if wl is not None:
+        source = [
+            "from tensorsearch import workloads",
+            "",
+            f"func = workloads.get({wl.name!r}, {wl.index!r}, {wl.dtype!r}).func",
+        ]
+    else:
+        path = str(Path(args.name).resolve())
+        name = prog.label.rsplit(": ", 1)[1]
+        source = [
+            "from tensorsearch.cli.programs import load_program",
+            "",
+            f"func = load_program({path!r}, {name!r}).func",
+        ]
     return "\n".join(
         [
-            f'"""The best schedule `tensorsearch tune` found for {wl.key} on {hw.name}: '
+            f'"""The best schedule `tensorsearch tune` found for {prog.label} on {hw.name}: '
             f'{result.latency * 1e3:.4g} ms, {result.throughput:.1f} {result.unit}."""',
             "",
             "import tensorsearch",
-            "from tensorsearch import workloads",
             "from tensorsearch.schedule import Schedule",
-            "",
-            f"sch = Schedule(workloads.get({wl.name!r}, {wl.index!r}, {wl.dtype!r}).func)",
+            *source,
+            f"hardware = tensorsearch.target.load({args.hardware!r})",
+            "sch = Schedule(func, hardware=hardware)",
             trace.as_python(),
-            f"mod = tensorsearch.build(sch.func, {hardware_arg!r})",
+            "mod = tensorsearch.build(sch.func, hardware)",
             "",
         ]
     )
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .. import search, workloads
+    from .. import search
     from ..search.database import Database
     from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
 
-    _argument("NAME", workloads.shapes, args.name)
-    _argument("--dtype", workloads.get, args.name, 0, args.dtype)
-    wl = _argument("--index", workloads.get, args.name, args.index, args.dtype)
+    prog = _program(args, "float32")
     hw = _argument("--hardware", load, args.hardware)
-    work_dir = Path(args.work_dir or Path("runs") / f"{wl.name}-{wl.index}-{wl.dtype}-{hw.name}")
+    work_dir = Path(args.work_dir or Path("runs") / f"{prog.slug}-{hw.name}")
     _argument("--work-dir", _check_work_dir, work_dir)
     for path in args.transfer:  # a bad --transfer path is an error before Ray starts
         Database.open_existing(path).close()
-    print(f"tensorsearch tune: {wl.key} on {hw.name}, {args.trials} trials, work dir {work_dir}", file=sys.stderr)
+    print(f"tensorsearch tune: {prog.label} on {hw.name}, {args.trials} trials, work dir {work_dir}", file=sys.stderr)
     bar = ProgressBar(sys.stderr)
 
     def progress(p) -> None:
@@ -177,7 +225,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
 
     try:
         result = search.tune(
-            wl,
+            prog.workload or prog.func,
             hw,
             trials=args.trials,
             work_dir=work_dir,
@@ -188,7 +236,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         )
     except KeyboardInterrupt:
         bar.close()
-        n = _records_kept(work_dir, wl.func, hw)
+        n = _records_kept(work_dir, prog.func, hw)
         print(
             f"interrupted: {n} records kept in {work_dir / 'database'}; run the same command again to resume",
             file=sys.stderr,
@@ -198,7 +246,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         bar.close()
     work_dir.mkdir(parents=True, exist_ok=True)
     files = [write_curve_csv(work_dir / "tuning_curve.csv", result.curve, result.unit)]
-    title = f"{wl.key} on {hw.name}: best throughput vs trials"
+    title = f"{prog.label} on {hw.name}: best throughput vs trials"
     try:
         files.append(write_curve_png(work_dir / "tuning_curve.png", result.curve, title, result.unit))
     except ImportError:
@@ -206,7 +254,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     if result.trace is not None and math.isfinite(result.latency):
         for name, text in [
             ("best_trace.json", result.trace.as_json_text()),
-            ("best_trace.py", _best_trace_script(result.trace, wl, hw, args.hardware, result)),
+            ("best_trace.py", _best_trace_script(result.trace, prog, args, hw, result)),
         ]:
             (work_dir / name).write_text(text)
             files.append(work_dir / name)
@@ -227,9 +275,14 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("workloads", help="list the paper's operator workloads")
     p.set_defaults(fn=_cmd_workloads)
     p = sub.add_parser("show", help="print a workload's TensorIR")
-    p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
+    p.add_argument(
+        "name",
+        metavar="NAME",
+        help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs or script text",
+    )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
+    p.add_argument("--dtype", help="float32 (default), float16 or int8")
+    p.add_argument("--func", help="the PrimFunc of a .py NAME that defines several")
     p.add_argument(
         "--trace",
         metavar="FILE.json",
@@ -240,16 +293,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(fn=_cmd_show)
     p = sub.add_parser("match", help="explain how a workload's blocks map onto a target's tensor intrinsics")
-    p.add_argument("name", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
+    p.add_argument(
+        "name",
+        metavar="NAME",
+        help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs or script text",
+    )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
-    p.add_argument("--dtype", default="int8", help="int8 (default), float16 or float32")
+    p.add_argument("--dtype", help="int8 (default), float16 or float32")
+    p.add_argument("--func", help="the PrimFunc of a .py NAME that defines several")
     p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
     p.add_argument("--block", help="match only this block (default: every block)")
     p.set_defaults(fn=_cmd_match)
     p = sub.add_parser("tune", help="search for a workload's fastest schedule on a target (uses Ray)")
-    p.add_argument("name", metavar="NAME", help="workload name, e.g. GMM (see `tensorsearch workloads`)")
+    p.add_argument(
+        "name",
+        metavar="NAME",
+        help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs or script text",
+    )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
-    p.add_argument("--dtype", default="float32", help="float32 (default), float16 or int8")
+    p.add_argument("--dtype", help="float32 (default), float16 or int8")
+    p.add_argument("--func", help="the PrimFunc of a .py NAME that defines several")
     p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
     p.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure, e.g. 256")
     p.add_argument(

@@ -60,7 +60,7 @@ def format_duration(seconds: float | None) -> str:
 def _throughput(value: float | None, unit: str) -> str:
     if value is None or not math.isfinite(value) or value <= 0:
         return "-"
-    return f"{value:.1f} {unit}"
+    return f"{value:.4g} {unit}"
 
 
 # ------------------------------------------------------------------------------------ progress

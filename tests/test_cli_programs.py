@@ -1,0 +1,124 @@
+"""Any workload: ``tensorsearch tune|match|show FILE`` for a Python file defining PrimFuncs or a
+script-text file; operation counts come from the computation."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tensorsearch import workloads
+from tensorsearch.search import count_ops
+from tensorsearch.search.database import Database, hardware_key
+from tensorsearch.target import host
+
+REPO = Path(__file__).resolve().parent.parent
+cli = importlib.import_module("tensorsearch.cli.main")
+
+N, H, W, CI, CO, K = 1, 16, 16, 32, 32, 3
+
+CONV_PY = f"""\
+from tensorsearch import te
+
+N, H, W, CI, CO, K = {N}, {H}, {W}, {CI}, {CO}, {K}
+data = te.placeholder((N, H, W, CI), "float32", name="data")
+weight = te.placeholder((K, K, CI, CO), "float32", name="weight")
+padded = te.compute(
+    (N, H + 2, W + 2, CI),
+    lambda n, h, w, c: te.if_then_else(
+        te.all(h >= 1, h <= H, w >= 1, w <= W), data[n, h - 1, w - 1, c], te.const(0.0, "float32")
+    ),
+    name="padded",
+)
+rh = te.reduce_axis((0, K), name="rh")
+rw = te.reduce_axis((0, K), name="rw")
+rc = te.reduce_axis((0, CI), name="rc")
+conv = te.compute(
+    (N, H, W, CO),
+    lambda n, h, w, co: te.sum(padded[n, h + rh, w + rw, rc] * weight[rh, rw, rc, co], axis=[rh, rw, rc]),
+    name="conv",
+)
+func = te.create_prim_func([data, weight, conv])
+"""
+CONV_OPS = 2 * N * H * W * CO * K * K * CI
+
+
+def _user_conv(tmp_path) -> Path:
+    path = tmp_path / "conv.py"
+    path.write_text(CONV_PY)
+    return path
+
+
+@pytest.mark.parametrize("name", ["GMM", "C2D", "DEP", "T2D", "C1D", "C3D", "DIL", "GRP"])
+def test_op_counts_are_the_analytic_counts(name):
+    for index in (0, 1):
+        wl = workloads.get(name, index, "float32")
+        assert count_ops(wl.func) == wl.flops, (name, index)
+
+
+def test_a_multi_stage_program_counts_multiply_adds_only(tmp_path):
+    scope: dict = {}
+    exec(CONV_PY, scope)
+    assert count_ops(scope["func"]) == CONV_OPS  # the padding select and h + rh count nothing
+
+
+def test_show_and_match_take_a_python_file(tmp_path, capsys):
+    path = _user_conv(tmp_path)
+    assert cli.main(["show", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith(f"# {path}: func\n") and 'T.block("padded")' in out
+    assert cli.main(["match", str(path), "--hardware", "x86-znver4"]) == 0
+    assert "block conv vs intrinsic vnni" in capsys.readouterr().out
+
+
+def test_script_text_file(tmp_path, capsys):
+    text = workloads.get("GMM", 0, "float32").func.script()
+    (tmp_path / "gmm.tir").write_text(text)
+    assert cli.main(["show", str(tmp_path / "gmm.tir")]) == 0
+    assert capsys.readouterr().out.rstrip("\n").splitlines()[1:] == text.rstrip("\n").splitlines()
+
+
+@pytest.mark.parametrize(
+    ("source", "argv", "message"),
+    [
+        ("x = 1\n", [], "defines no PrimFunc at module level"),
+        ("raise RuntimeError('boom')\n", [], "running it failed: RuntimeError: boom"),
+        ("FUNC_SRC\nother = func\n", [], "defines several PrimFuncs (func, other); pick one with --func"),
+        ("FUNC_SRC\n", ["--func", "nope"], "defines no PrimFunc 'nope'; it defines: func"),
+    ],
+    ids=["none", "raises", "several", "unknown-func"],
+)
+def test_a_bad_program_file_is_one_line_naming_it(tmp_path, capsys, source, argv, message):
+    path = tmp_path / "mine.py"
+    path.write_text(source.replace("FUNC_SRC", CONV_PY))
+    assert cli.main(["show", str(path), *argv]) == 2
+    err = capsys.readouterr().err
+    assert err == f"tensorsearch show: error: argument NAME: {path}: {message}\n"
+
+
+def test_a_user_te_file_tunes_from_the_cli_and_reports_the_true_throughput(tmp_path):
+    path = _user_conv(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
+    argv = ["tune", str(path), "--hardware", "host", "--trials", "8", "--work-dir", "w"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "tensorsearch", *argv],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr
+    reported = float(re.search(r"throughput\s+([0-9.e+]+) GFLOPS", proc.stdout).group(1))
+    db = Database.open_existing(tmp_path / "w")
+    (key,) = db.workload_keys()
+    (best,) = db.best(key, hardware_key(host()), 1)
+    assert reported == pytest.approx(CONV_OPS / best.latency / 1e9, rel=0.01)
+    script = (tmp_path / "w" / "best_trace.py").read_text()
+    assert f"load_program({str(path)!r}, 'func')" in script
+    exec(compile(script, "best_trace.py", "exec"), {})  # the written script rebuilds the kernel
