@@ -145,6 +145,56 @@ def f(A: T.Buffer((32,), "float16"), B: T.Buffer((32,), "float16"), C: T.Buffer(
     np.testing.assert_array_equal(got[4].view(np.uint16), want[4].view(np.uint16))
 
 
+REINTERPRETS = [
+    ("bfloat16", 2, "int32", 1), ("int32", 1, "bfloat16", 2), ("bfloat16", 64, "int32", 32),
+    ("int32", 32, "bfloat16", 64), ("bfloat16", 32, "int16", 32), ("int16", 32, "bfloat16", 32),
+    ("bfloat16", 32, "uint8", 64), ("uint8", 64, "bfloat16", 32), ("bfloat16", 1, "uint16", 1),
+    ("int16", 1, "bfloat16", 1), ("bfloat16", 16, "float32", 8), ("float32", 8, "bfloat16", 16),
+    ("float16", 16, "int16", 16), ("int16", 16, "float16", 16), ("float16", 2, "int32", 1),
+    ("float16", 32, "bfloat16", 32), ("bfloat16", 32, "float16", 32),
+]  # fmt: skip
+
+
+def _lanes(n: int) -> str:
+    return "0" if n == 1 else f"T.Ramp(0, 1, {n})"
+
+
+@pytest.mark.parametrize(
+    ("src", "n", "dst", "m"), REINTERPRETS, ids=[f"{a}x{n}-{b}x{m}" for a, n, b, m in REINTERPRETS]
+)
+def test_reinterpret_by_bit_pattern_matches_numpy_views(src, n, dst, m):
+    """bfloat16 lanes live in float32 registers: reinterpret goes through their 16 bits, exactly
+    (every bit pattern, NaN payloads and signalling NaNs included); half is LLVM's own type."""
+    dtype = f"{dst}x{m}" if m > 1 else dst
+    text = f"""
+@T.prim_func
+def f(A: T.Buffer(({n},), "{src}"), B: T.Buffer(({m},), "{dst}")):
+    B[{_lanes(m)}] = T.call("reinterpret", A[{_lanes(n)}], dtype="{dtype}")
+"""
+    mod = build(parse(text))
+    np_of = {"bfloat16": ml_dtypes.bfloat16}
+    for seed in range(4):
+        a = np.random.default_rng(seed).integers(0, 256, n * np.dtype(np_of.get(src, src)).itemsize, np.uint8)
+        a = a.view(np_of.get(src, src))
+        b = np.zeros(m, np_of.get(dst, dst))
+        mod(a, b)
+        np.testing.assert_array_equal(b.view(np.uint8), a.view(np.uint8))
+
+
+def test_bfloat16_copy_keeps_every_bit_pattern():
+    """A bfloat16 store writes the register's 16 bits (values are rounded when computed)."""
+    text = """
+@T.prim_func
+def f(A: T.Buffer((64,), "bfloat16"), B: T.Buffer((64,), "bfloat16")):
+    for i in T.serial(64):
+        B[i] = A[i]
+"""
+    a = np.arange(0x7F80, 0x7F80 + 64, dtype=np.uint16).view(ml_dtypes.bfloat16)  # inf, then signalling NaNs
+    b = np.zeros(64, ml_dtypes.bfloat16)
+    build(parse(text))(a, b)
+    np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16))
+
+
 def test_math_calls():
     src = """
 @T.prim_func

@@ -145,6 +145,14 @@ def value_type(dt: DataType) -> ir.Type:
     return s if dt.lanes == 1 else ir.VectorType(s, dt.lanes)
 
 
+def bits_type(dt: DataType) -> ir.Type:
+    """The type a bit-pattern reinterpretation of ``dt`` goes through: ``value_type``, except that
+    bfloat16 lanes (float32 registers) are their 16 bits (``bfloat16x32`` -> ``<32 x i16>``)."""
+    if dt.code != "bfloat":
+        return value_type(dt)
+    return I16 if dt.lanes == 1 else ir.VectorType(I16, dt.lanes)
+
+
 def storage_type(dt: DataType) -> ir.Type:
     """The in-memory type of one element (bool is a byte, bfloat16 its 16 bits)."""
     dt = dt.element_of()
@@ -557,7 +565,7 @@ class _CodeGen:
             t = I8 if not isinstance(v.type, ir.VectorType) else ir.VectorType(I8, v.type.count)
             return self.b.zext(v, t)
         if dt.code == "bfloat":
-            return self.bf16_bits(v)
+            return self.bf16_register_bits(v)  # registers hold rounded values: store their bits exactly
         return v
 
     def from_storage(self, v: ir.Value, dt: DataType) -> ir.Value:
@@ -592,6 +600,25 @@ class _CodeGen:
         nan = b.or_(b.lshr(bits, c(16)), c(0x40))
         isnan = b.fcmp_unordered("uno", v, v)
         return b.trunc(b.select(isnan, nan, rounded), i16)
+
+    def bf16_register_bits(self, v: ir.Value) -> ir.Value:
+        """The 16 bits of bfloat16 values held in float32 registers (already rounded, so the low
+        half is zero): bitcast to i32, shift right 16, truncate to i16. Exact, no rounding."""
+        vec = isinstance(v.type, ir.VectorType)
+        i32 = ir.VectorType(I32, v.type.count) if vec else I32
+        i16 = ir.VectorType(I16, v.type.count) if vec else I16
+        high = self.b.lshr(self.b.bitcast(v, i32), self._splat_like(ir.Constant(I32, 16), i32))
+        return self.b.trunc(high, i16)
+
+    def reinterpret(self, v: ir.Value, src: DataType, dst: DataType) -> ir.Value:
+        """``reinterpret`` by bit pattern from ``src`` to ``dst`` (the same total bits): a bitcast
+        of :func:`bits_type` values, so a bfloat16 side goes through its 16-bit lanes
+        (``bfloat16x2 -> int32``: f32 lanes -> ``<2 x i16>`` -> ``i32``; back: zext, shl 16)."""
+        if src.bits * src.lanes != dst.bits * dst.lanes:
+            raise CodegenError(f"reinterpret from {src} to {dst} changes the number of bits")
+        bits = self.bf16_register_bits(v) if src.code == "bfloat" else v
+        out = self.b.bitcast(bits, bits_type(dst))
+        return self.from_storage(out, dst) if dst.code == "bfloat" else out
 
     def round_bf16(self, v: ir.Value) -> ir.Value:
         return self.from_storage(self.bf16_bits(v), DataType("bfloat", 16))
@@ -958,7 +985,7 @@ class _CodeGen:
                 raise CodegenError(f"intrinsic {op} is called with different types in one program")
             return self.b.call(fn, args)
         if op == "reinterpret":
-            return self.b.bitcast(self.expr(e.args[0]), value_type(dt))
+            return self.reinterpret(self.expr(e.args[0]), e.args[0].dtype, dt)
         args = [self.expr(a) for a in e.args]
         b = self.b
         if dt.is_integer:
