@@ -195,6 +195,30 @@ def f(A: T.Buffer((64,), "bfloat16"), B: T.Buffer((64,), "bfloat16")):
     np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16))
 
 
+def test_llvm_intrinsic_with_bfloat_vectors():
+    """bfloat16 values are float32 registers; at an intrinsic declared with ``<N x bfloat>`` they are
+    bitcast from their i16 bits, which LLVM folds away."""
+    src = """
+@T.prim_func
+def f(A: T.Buffer((16,), "bfloat16"), B: T.Buffer((16,), "bfloat16"), C: T.Buffer((8,), "float32"), D: T.Buffer((8,), "float32"), E: T.Buffer((8,), "bfloat16")):
+    C[T.Ramp(0, 1, 8)] = T.call("llvm.x86.avx512bf16.dpbf16ps.256", C[T.Ramp(0, 1, 8)], A[T.Ramp(0, 1, 16)], B[T.Ramp(0, 1, 16)], dtype="float32x8")
+    E[T.Ramp(0, 1, 8)] = T.call("llvm.x86.avx512bf16.cvtneps2bf16.256", D[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+"""
+    mod = build(parse(src), "x86-znver4", jit=False)
+    assert "<16 x bfloat>" in mod.llvm_ir and "<8 x bfloat>" in mod.llvm_ir
+    assert "vdpbf16ps" in mod.assembly and "vcvtneps2bf16" in mod.assembly
+    # a bfloat result runs here too: llvm.fabs on <8 x bfloat> clears the sign bits
+    src = """
+@T.prim_func
+def f(A: T.Buffer((8,), "bfloat16"), B: T.Buffer((8,), "bfloat16")):
+    B[T.Ramp(0, 1, 8)] = T.call("llvm.fabs.v8bf16", A[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+"""
+    a = np.random.default_rng(2).standard_normal(8).astype(ml_dtypes.bfloat16)
+    b = np.zeros(8, ml_dtypes.bfloat16)
+    build(parse(src))(a, b)
+    np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16) & 0x7FFF)
+
+
 def test_math_calls():
     src = """
 @T.prim_func

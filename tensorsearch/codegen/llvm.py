@@ -125,6 +125,28 @@ PTR = ir.PointerType()
 VOID = ir.VoidType()
 
 
+class _BFloat(ir.Type):
+    """LLVM's ``bfloat``, which llvmlite 0.50's IR layer lacks; only its text is needed.
+
+    bfloat16 values live in float32 registers; this type appears only at the boundary of an LLVM
+    intrinsic declared with ``bfloat`` operands or results (``<16 x bfloat>``, as AVX512-BF16's
+    ``llvm.x86.avx512bf16.dpbf16ps.256`` is in LLVM 22), where the values are bitcast from and to
+    their ``<N x i16>`` bits (:meth:`_CodeGen.to_call`, :meth:`_CodeGen.from_call`).
+    """
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash(_BFloat)
+
+
+BFLOAT = _BFloat()
+
+
 def scalar_type(dt: DataType) -> ir.Type:
     """The register type of one lane (bfloat16 values live in float registers, already rounded)."""
     if dt.code in ("int", "uint"):
@@ -143,6 +165,14 @@ def scalar_type(dt: DataType) -> ir.Type:
 def value_type(dt: DataType) -> ir.Type:
     s = scalar_type(dt.element_of())
     return s if dt.lanes == 1 else ir.VectorType(s, dt.lanes)
+
+
+def call_type(dt: DataType) -> ir.Type:
+    """The type of a value passed to or returned by an LLVM intrinsic: ``value_type``, except that
+    bfloat16 is LLVM's ``bfloat`` there (``bfloat16x16`` -> ``<16 x bfloat>``, not float32 lanes)."""
+    if dt.code != "bfloat":
+        return value_type(dt)
+    return BFLOAT if dt.lanes == 1 else ir.VectorType(BFLOAT, dt.lanes)
 
 
 def bits_type(dt: DataType) -> ir.Type:
@@ -620,6 +650,18 @@ class _CodeGen:
         out = self.b.bitcast(bits, bits_type(dst))
         return self.from_storage(out, dst) if dst.code == "bfloat" else out
 
+    def to_call(self, v: ir.Value, dt: DataType) -> ir.Value:
+        """A value as an LLVM intrinsic takes it: bfloat16 float32 lanes -> their bits -> ``bfloat``."""
+        if dt.code != "bfloat":
+            return v
+        return self.b.bitcast(self.bf16_register_bits(v), call_type(dt))
+
+    def from_call(self, v: ir.Value, dt: DataType) -> ir.Value:
+        """An LLVM intrinsic's result as a register value: ``bfloat`` -> its bits -> float32 lanes."""
+        if dt.code != "bfloat":
+            return v
+        return self.from_storage(self.b.bitcast(v, bits_type(dt)), dt)
+
     def round_bf16(self, v: ir.Value) -> ir.Value:
         return self.from_storage(self.bf16_bits(v), DataType("bfloat", 16))
 
@@ -978,12 +1020,13 @@ class _CodeGen:
         if op == "likely":
             return self.expr(e.args[0])
         if op.startswith("llvm."):
-            args = [self.expr(a) for a in e.args]
-            ret = VOID if (statement and dt.is_handle) else value_type(dt)
+            args = [self.to_call(self.expr(a), a.dtype) for a in e.args]
+            ret = VOID if (statement and dt.is_handle) else call_type(dt)
             fn = self.declare(op, ret, [a.type for a in args])
             if fn.function_type.return_type != ret or [a.type for a in args] != list(fn.function_type.args):
                 raise CodegenError(f"intrinsic {op} is called with different types in one program")
-            return self.b.call(fn, args)
+            result = self.b.call(fn, args)
+            return result if ret is VOID else self.from_call(result, dt)
         if op == "reinterpret":
             return self.reinterpret(self.expr(e.args[0]), e.args[0].dtype, dt)
         args = [self.expr(a) for a in e.args]
