@@ -138,7 +138,9 @@ class LLVMArg:
 
     Either the whole ``operand`` region loaded as one vector of type ``load`` and then transformed
     by ``steps`` in order -- ``("reinterpret", DataType)`` is a bitcast to a type of the same total
-    bits, ``("broadcast", n)`` repeats a scalar into ``n`` lanes -- or a ``constant`` of ``dtype``.
+    bits, ``("cast", DataType)`` converts each lane's value to a type of the same lanes (as
+    ``cast()`` in the semantics: ``bfloat16x8 -> float32x8`` is exact), ``("broadcast", n)``
+    repeats a scalar into ``n`` lanes -- or a ``constant`` of ``dtype``.
     """
 
     operand: str | None
@@ -156,7 +158,7 @@ class LLVMArg:
         t = self.load
         assert t is not None
         for kind, arg in self.steps:
-            t = arg if kind == "reinterpret" else t.with_lanes(arg)
+            t = t.with_lanes(arg) if kind == "broadcast" else arg
         return t
 
 
@@ -734,7 +736,7 @@ def _llvm_arg(value: Any, ctx: Ctx, operands: dict[str, Operand]) -> LLVMArg:
 
 
 def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]:
-    expected = "a list of steps such as [reinterpret: int32, broadcast: 16]"
+    expected = "a list of steps such as [reinterpret: int32, broadcast: 16, cast: float32x16]"
     if not isinstance(value, list):
         raise ctx.fail(expected, value)
     out: list[tuple[str, Any]] = []
@@ -742,7 +744,7 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
     for i, step in enumerate(value):
         sub = ctx.child(f"[{i}]")
         if not isinstance(step, dict) or len(step) != 1:
-            raise sub.fail("one step: {reinterpret: TYPE} or {broadcast: LANES}", step)
+            raise sub.fail("one step: {reinterpret: TYPE}, {cast: TYPE} or {broadcast: LANES}", step)
         ((kind, arg),) = step.items()
         if kind == "reinterpret":
             new = _vector_dtype(arg, sub.child("reinterpret"))
@@ -751,6 +753,14 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
                     f"a type of {t.bits * t.lanes} bits, the size of the {t} value reinterpreted", str(new)
                 )
             out.append(("reinterpret", new))
+            t = new
+        elif kind == "cast":
+            new = _vector_dtype(arg, sub.child("cast"))
+            if new.lanes != t.lanes:
+                raise sub.child("cast").fail(
+                    f"a type of {t.lanes} lanes, the lanes of the {t} value converted", str(new)
+                )
+            out.append(("cast", new))
             t = new
         elif kind == "broadcast":
             lanes = _pos_int("a number of lanes of at least 2")(arg, sub.child("broadcast"))
@@ -761,7 +771,9 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
             out.append(("broadcast", lanes))
             t = t.with_lanes(lanes)
         else:
-            raise sub.child(str(kind)).message(f"unknown step {kind!r}; the steps are reinterpret and broadcast", kind)
+            raise sub.child(str(kind)).message(
+                f"unknown step {kind!r}; the steps are reinterpret, cast and broadcast", kind
+            )
     return tuple(out)
 
 
