@@ -3,12 +3,15 @@
 bfloat16 / float16 operands, ``then`` steps on them (reinterpret, cast), LLVM intrinsics declared
 with ``<N x bfloat>`` / ``<N x half>`` vectors (AVX512-BF16 vdpbf16ps, AVX512-FP16 vmaxph, compiled
 for descriptors that have them), a bfloat16 unit built on AVX2 FMA that runs here, and LLVM
-signatures checked against LLVM's own declarations when a file is loaded.
+signatures checked against LLVM's own declarations when a file is loaded: each mistake a one-line
+IntrinsicError naming the file and key, never an LLVM assertion that kills the process.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 
 import ml_dtypes
 import numpy as np
@@ -20,6 +23,7 @@ from tensorsearch.interpreter import interpret
 from tensorsearch.intrin import IntrinsicError, LLVMImpl, load_intrinsic
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
+from tensorsearch.target import llvm_check
 
 BF16 = ml_dtypes.bfloat16
 HOST = hardware.load("host")
@@ -297,3 +301,108 @@ def test_fma_bf16_unit_through_match_and_tile_with_intrin(tmp_path):
 
 # ----------------------------------------------------------------------------------------------
 # LLVM signatures checked at load, against LLVM's own declarations
+
+# pmaddwd ymm (AVX2, does not accumulate): C[8] (int32) += A[8, 2] . B[8, 2] (int16 pairs)
+PMADDWD = """\
+name: x86-avx2-pmaddwd
+target: llvm
+requires: {arch: [x86_64], features: [+avx2]}
+intrinsics:
+  - name: pmaddwd_8x2_i16i32
+    operands:
+      - {name: A, shape: [8, 2], dtype: int16, role: input, contiguous: true}
+      - {name: B, shape: [8, 2], dtype: int16, role: input, contiguous: true}
+      - {name: C, shape: [8], dtype: int32, role: accumulator, contiguous: true}
+    iterators: [{name: i, kind: spatial, extent: 8}, {name: k, kind: reduce, extent: 2}]
+    semantics: C[i] += cast(int32, A[i, k]) * cast(int32, B[i, k])
+    llvm:
+      intrinsic: llvm.x86.avx2.pmadd.wd
+      args: [{operand: A, load: int16x16}, {operand: B, load: int16x16}]
+      returns: int32x8
+      store: C
+      accumulate: true
+"""
+
+# one argument for vdpbf16ps: LLVM's upgrade of its old signatures reads a second parameter and
+# fails an assertion (in this process it would abort Python)
+ONE_ARGUMENT = """\
+name: one-argument
+target: llvm
+requires: {arch: [x86_64], features: [+avx512bf16, +avx512vl]}
+intrinsics:
+  - name: dpbf16_one_argument
+    operands:
+      - {name: A, shape: [8], dtype: bfloat16, role: input, contiguous: true}
+      - {name: C, shape: [8], dtype: float32, role: accumulator, contiguous: true}
+    iterators: [{name: i, kind: spatial, extent: 8}]
+    semantics: C[i] += cast(float32, A[i])
+    llvm:
+      intrinsic: llvm.x86.avx512bf16.dpbf16ps.256
+      args: [{operand: A, load: bfloat16x8}]
+      returns: float32x8
+      store: C
+      accumulate: true
+"""
+
+I0 = "intrinsics[0].llvm"
+WRONG_SIGNATURES = [
+    ("i16-where-llvm-wants-bfloat",
+     DPBF16.replace("{operand: B, load: bfloat16x16}", "{operand: B, load: bfloat16x16, then: [reinterpret: int16x16]}"),
+     f"{I0}.args[2]", ["LLVM 22 rejects a call of llvm.x86.avx512bf16.dpbf16ps.256 as <8 x float> (<8 x float>, "
+                       "<16 x bfloat>, <16 x i16>)", "it accepts argument 2 as <16 x bfloat> (bfloat16x16)"]),
+    ("bfloat-where-llvm-wants-i16",
+     PMADDWD.replace("{operand: A, load: int16x16}", "{operand: A, load: int16x16, then: [reinterpret: bfloat16x16]}"),
+     f"{I0}.args[0]", ["LLVM 22 rejects a call of llvm.x86.avx2.pmadd.wd as <8 x i32> (<16 x bfloat>, <16 x i16>): "
+                       "Intrinsic has incorrect argument type; it accepts argument 0 as <16 x i16> (int16x16 or uint16x16)"]),
+    ("wrong-lane-count",
+     DPBF16.replace("dpbf16ps.256", "dpbf16ps.512"),
+     f"{I0}.returns", ["LLVM 22 rejects a call of llvm.x86.avx512bf16.dpbf16ps.512 as <8 x float> (<8 x float>, "
+                       "<16 x bfloat>, <16 x bfloat>): Intrinsic has incorrect return type"]),
+    ("wrong-integer-width",
+     DPBF16.replace("reinterpret: int32, broadcast: 8, reinterpret: bfloat16x16]", "reinterpret: int32, broadcast: 8, reinterpret: int16x16]"),
+     f"{I0}.args[1]", ["argument 1 is <16 x bfloat> (bfloat16x16), but int16x16 (<16 x i16>) is written"]),
+    ("unknown-intrinsic",
+     DPBF16.replace("dpbf16ps.256", "dpbf16pz.256"),
+     f"{I0}.intrinsic", ["LLVM 22 has no intrinsic llvm.x86.avx512bf16.dpbf16pz.256"]),
+    ("name-mangled-for-other-types",
+     FMA_BF16.replace("llvm.fma.v8f32", "llvm.fma.v16f32"),
+     f"{I0}.intrinsic", ["LLVM 22 names the intrinsic with these types llvm.fma.v8f32, not llvm.fma.v16f32"]),
+    ("argument-missing",
+     FMA_BF16.replace("        - {operand: C, load: float32x8}\n", "").replace("      store: C", "      store: C\n      accumulate: true"),
+     f"{I0}.args", ["LLVM 22 rejects a call of llvm.fma.v8f32 as <8 x float> (<8 x float>, <8 x float>)"]),
+    ("one-argument-aborts-llvm", ONE_ARGUMENT, f"{I0}.args",
+     ["LLVM 22 aborts reading a declaration of llvm.x86.avx512bf16.dpbf16ps.256 as <8 x float> (<8 x bfloat>)",
+      "getParamType() out of range", "check the number and types of the arguments"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("text", "key", "fragments"), [w[1:] for w in WRONG_SIGNATURES], ids=[w[0] for w in WRONG_SIGNATURES]
+)
+def test_wrong_llvm_signature_is_one_line_naming_file_and_key(tmp_path, text, key, fragments):
+    path = _write(tmp_path, text)
+    with pytest.raises(IntrinsicError) as info:
+        load_intrinsic(path)
+    err = info.value
+    message = str(err)
+    assert err.source == str(path) and err.key == key, message
+    assert message.startswith(f"{path}: {key}: ") and "\n" not in message
+    for fragment in fragments:
+        assert fragment in message, message
+
+
+def test_signature_answers_are_cached_and_an_abort_stays_in_the_child():
+    """The check asks a child process once per (name, signature); LLVM's abort there is an answer."""
+    calls = [
+        ("llvm.x86.avx512bf16.dpbf16ps.256", "<8 x float>", ("<16 x bfloat>",)),  # aborts LLVM
+        ("llvm.fma.v4f32", "<4 x float>", ("<4 x float>",) * 3),
+    ]
+    first = llvm_check.check_calls(calls)
+    assert [a.kind for a in first] == ["aborted", "ok"] and "getParamType" in first[0].message
+    assert llvm_check.check_calls(calls[1:]) == first[1:] and calls[1] in llvm_check._ANSWERS
+    # the same question asked in this process would abort it: the child really is needed
+    probe = (
+        "import llvmlite.binding as llvm; "
+        "llvm.parse_assembly('declare <8 x float> @llvm.x86.avx512bf16.dpbf16ps.256(<16 x bfloat>)')"
+    )
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True).returncode != 0

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..ir import Block, Buffer, DataType, IterType, PrimFunc, parse_dtype
+from .llvm_check import Answer, accepted_change, check_calls, dtype_text, llvm_type, llvm_version
 from .reader import (
     KNOWN_ARCHES,
     NAME_RE,
@@ -777,6 +778,84 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
     return tuple(out)
 
 
+def _check_llvm_calls(impls: list[tuple[Ctx, LLVMImpl | CudaImpl]]) -> None:
+    """Refuse an LLVM call that LLVM itself does not declare as written: unknown name, argument or
+    result types, argument count (asked once per signature, see :mod:`.llvm_check`)."""
+    llvm_impls = [(ctx, impl) for ctx, impl in impls if isinstance(impl, LLVMImpl)]
+    calls = [_llvm_call(impl) for _, impl in llvm_impls]
+    for (ctx, impl), answer in zip(llvm_impls, check_calls(calls), strict=True):
+        if answer.kind != "ok":
+            raise _llvm_mismatch(ctx, impl, answer)
+
+
+def _llvm_call(impl: LLVMImpl) -> tuple[str, str, tuple[str, ...]]:
+    ret, args = impl.signature
+    return impl.intrinsic, llvm_type(ret), tuple(llvm_type(a) for a in args)
+
+
+def _llvm_mismatch(ctx: Ctx, impl: LLVMImpl, answer: Answer) -> IntrinsicError:
+    """One sentence naming the key (``args[1]``, ``returns``, ``intrinsic``) and what LLVM expects."""
+    name, ret, args = _llvm_call(impl)
+    sig = f"{ret} ({', '.join(args)})"
+    version = llvm_version()
+    if answer.kind == "declared" and answer.declared is not None:
+        return _declared_mismatch(ctx, impl, answer.declared, version)
+    if answer.kind == "unknown":
+        return ctx.child("intrinsic").message(f"{version} has no intrinsic {name}", name)
+    if answer.kind == "rejected":
+        return _rejected(ctx, impl, answer.message, version)
+    return ctx.child("args").message(
+        f"{version} aborts reading a declaration of {name} as {sig} ({answer.message}), so it does not "
+        "declare it that way: check the number and types of the arguments",
+        sig,
+    )
+
+
+def _rejected(ctx: Ctx, impl: LLVMImpl, why: str, version: str) -> IntrinsicError:
+    """LLVM's verifier refused the call; where one type changed to another of the call makes LLVM
+    accept it, the key is that argument (or the result) and the message says so."""
+    call = _llvm_call(impl)
+    name, ret, args = call
+    why = why.rstrip("!")
+    if "variable arguments" in why:  # what LLVM says of a call with more or fewer arguments
+        why += " (the number of arguments is not the one LLVM declares)"
+    text = f"{version} rejects a call of {name} as {ret} ({', '.join(args)}): {why}"
+    result = "return type" in why
+    change = accepted_change(call, result)
+    if change is None:
+        return ctx.child("returns" if result else "args").message(text, ret if result else list(args))
+    pos, want = change
+    key, what = ("returns", "the result") if pos < 0 else (f"args[{pos}]", f"argument {pos}")
+    return ctx.child(key).message(f"{text}; it accepts {what} as {want} ({dtype_text(want)})", want)
+
+
+def _declared_mismatch(ctx: Ctx, impl: LLVMImpl, declared: tuple, version: str) -> IntrinsicError:
+    """LLVM read the declaration as another one (an upgrade of an old signature, a re-mangled name)."""
+    name, ret, args = _llvm_call(impl)
+    lname, lret, largs = declared
+    whole = f"{lret} @{lname}({', '.join(largs)})"
+    if len(largs) != len(args):
+        return ctx.child("args").message(
+            f"{version} declares {whole}: {len(largs)} arguments, but {len(args)} are written", len(args)
+        )
+    for j, (want, got) in enumerate(zip(largs, args, strict=True)):
+        if want != got:
+            written = impl.args[j].dtype
+            return ctx.child(f"args[{j}]").message(
+                f"{version} declares {whole}: argument {j} is {want} ({dtype_text(want)}), "
+                f"but {written} ({got}) is written",
+                str(written),
+            )
+    if lret != ret:
+        return ctx.child("returns").message(
+            f"{version} declares {whole}: it returns {lret} ({dtype_text(lret)}), not {impl.returns} ({ret})",
+            str(impl.returns),
+        )
+    return ctx.child("intrinsic").message(
+        f"{version} names the intrinsic with these types {lname}, not {name}: {whole}", name
+    )
+
+
 def _cuda_impl(
     value: Any, ctx: Ctx, operands: dict[str, Operand], includes: tuple[str, ...], fragments: dict
 ) -> CudaImpl:
@@ -957,6 +1036,8 @@ def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
         if intr.name in intrinsics:
             raise ictx.child(f"[{i}].name").fail("each intrinsic name once in a set", intr.name)
         intrinsics[intr.name] = intr
+    if target == "llvm":
+        _check_llvm_calls([(ictx.child(f"[{i}]").child("llvm"), x.impl) for i, x in enumerate(intrinsics.values())])
     units: list[Unit] = []
     if "units" in f:
         uctx = ctx.child("units")
