@@ -207,16 +207,24 @@ def f(A: T.Buffer((16,), "bfloat16"), B: T.Buffer((16,), "bfloat16"), C: T.Buffe
     mod = build(parse(src), "x86-znver4", jit=False)
     assert "<16 x bfloat>" in mod.llvm_ir and "<8 x bfloat>" in mod.llvm_ir
     assert "vdpbf16ps" in mod.assembly and "vcvtneps2bf16" in mod.assembly
-    # a bfloat result runs here too: llvm.fabs on <8 x bfloat> clears the sign bits
+    # bfloat results run here too; LLVM rounds sqrt's float32 result to bfloat with the libcall
+    # __truncsfbf2, which the runtime provides where libgcc has none (a null call otherwise)
     src = """
 @T.prim_func
-def f(A: T.Buffer((8,), "bfloat16"), B: T.Buffer((8,), "bfloat16")):
+def f(A: T.Buffer((8,), "bfloat16"), B: T.Buffer((8,), "bfloat16"), C: T.Buffer((8,), "bfloat16"), D: T.Buffer((8,), "bfloat16")):
     B[T.Ramp(0, 1, 8)] = T.call("llvm.fabs.v8bf16", A[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+    C[T.Ramp(0, 1, 8)] = T.call("llvm.sqrt.v8bf16", B[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+    D[T.Ramp(0, 1, 8)] = T.call("llvm.maxnum.v8bf16", A[T.Ramp(0, 1, 8)], C[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
 """
-    a = np.random.default_rng(2).standard_normal(8).astype(ml_dtypes.bfloat16)
-    b = np.zeros(8, ml_dtypes.bfloat16)
-    build(parse(src))(a, b)
-    np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16) & 0x7FFF)
+    mod = build(parse(src))
+    for seed in range(3):
+        a = np.random.default_rng(seed).standard_normal(8).astype(ml_dtypes.bfloat16)
+        b, c, d = (np.zeros(8, ml_dtypes.bfloat16) for _ in range(3))
+        mod(a, b, c, d)
+        np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16) & 0x7FFF)
+        want = np.sqrt(b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(c.view(np.uint16), want.view(np.uint16))
+        np.testing.assert_array_equal(d.view(np.uint16), np.maximum(a, c).view(np.uint16))
 
 
 def test_math_calls():
