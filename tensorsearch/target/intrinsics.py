@@ -11,7 +11,9 @@ built from operand vectors, or a CUDA code template). docs/hardware-yaml.md is t
 The YAML text is read by :func:`tensorsearch.hardware.read_yaml` (``yaml.safe_load``), the one
 place the project reads YAML. Every mistake raises :class:`IntrinsicError` (a
 :class:`~tensorsearch.hardware.HardwareError`) naming the file, the key path, what was expected and
-what was found. Files are found on :func:`search_path` and loaded once per (path, mtime).
+what was found. Files are found on :func:`search_path` and loaded once per (path, mtime). The
+LLVM call an implementation declares is checked against LLVM's own declaration of that intrinsic
+(:mod:`.llvm_check`, asked in a child process because LLVM aborts on some spellings).
 """
 
 from __future__ import annotations
