@@ -195,6 +195,19 @@ def f(A: T.Buffer((64,), "bfloat16"), B: T.Buffer((64,), "bfloat16")):
     np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16))
 
 
+def test_bfloat16_ramp_is_rounded_in_registers():
+    """bfloat16 registers hold rounded values (stores write their bits): a Ramp rounds its lanes."""
+    text = """
+@T.prim_func
+def f(B: T.Buffer((8,), "bfloat16")):
+    B[T.Ramp(0, 1, 8)] = T.Ramp(T.bfloat16(1.0), T.bfloat16(0.00390625), 8)
+"""
+    b = np.zeros(8, ml_dtypes.bfloat16)
+    build(parse(text))(b)
+    want = (np.float32(1) + np.arange(8, dtype=np.float32) * np.float32(2**-8)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(b.view(np.uint16), want.view(np.uint16))
+
+
 def test_llvm_intrinsic_with_bfloat_vectors():
     """bfloat16 values are float32 registers; at an intrinsic declared with ``<N x bfloat>`` they are
     bitcast from their i16 bits, which LLVM folds away."""

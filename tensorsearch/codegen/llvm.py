@@ -974,7 +974,10 @@ class _CodeGen:
             k = ir.Constant(vt, [float(k) if e.base.dtype.is_float else k for k in range(e.lanes)])
             mul = self.b.fmul if e.base.dtype.is_float else self.b.mul
             offs = mul(k, self.splat(self.expr(e.stride), e.lanes))
-        return self.b.fadd(base, offs) if e.base.dtype.is_float else self.b.add(base, offs)
+        if not e.base.dtype.is_float:
+            return self.b.add(base, offs)
+        r = self.b.fadd(base, offs)
+        return self.round_bf16(r) if e.base.dtype.code == "bfloat" else r  # registers hold bfloat16 values
 
     def e_BufferLoad(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:
