@@ -145,6 +145,101 @@ def f(A: T.Buffer((32,), "float16"), B: T.Buffer((32,), "float16"), C: T.Buffer(
     np.testing.assert_array_equal(got[4].view(np.uint16), want[4].view(np.uint16))
 
 
+REINTERPRETS = [
+    ("bfloat16", 2, "int32", 1), ("int32", 1, "bfloat16", 2), ("bfloat16", 64, "int32", 32),
+    ("int32", 32, "bfloat16", 64), ("bfloat16", 32, "int16", 32), ("int16", 32, "bfloat16", 32),
+    ("bfloat16", 32, "uint8", 64), ("uint8", 64, "bfloat16", 32), ("bfloat16", 1, "uint16", 1),
+    ("int16", 1, "bfloat16", 1), ("bfloat16", 16, "float32", 8), ("float32", 8, "bfloat16", 16),
+    ("float16", 16, "int16", 16), ("int16", 16, "float16", 16), ("float16", 2, "int32", 1),
+    ("float16", 32, "bfloat16", 32), ("bfloat16", 32, "float16", 32),
+]  # fmt: skip
+
+
+def _lanes(n: int) -> str:
+    return "0" if n == 1 else f"T.Ramp(0, 1, {n})"
+
+
+@pytest.mark.parametrize(
+    ("src", "n", "dst", "m"), REINTERPRETS, ids=[f"{a}x{n}-{b}x{m}" for a, n, b, m in REINTERPRETS]
+)
+def test_reinterpret_by_bit_pattern_matches_numpy_views(src, n, dst, m):
+    """bfloat16 lanes live in float32 registers: reinterpret goes through their 16 bits, exactly
+    (every bit pattern, NaN payloads and signalling NaNs included); half is LLVM's own type."""
+    dtype = f"{dst}x{m}" if m > 1 else dst
+    text = f"""
+@T.prim_func
+def f(A: T.Buffer(({n},), "{src}"), B: T.Buffer(({m},), "{dst}")):
+    B[{_lanes(m)}] = T.call("reinterpret", A[{_lanes(n)}], dtype="{dtype}")
+"""
+    mod = build(parse(text))
+    np_of = {"bfloat16": ml_dtypes.bfloat16}
+    for seed in range(4):
+        a = np.random.default_rng(seed).integers(0, 256, n * np.dtype(np_of.get(src, src)).itemsize, np.uint8)
+        a = a.view(np_of.get(src, src))
+        b = np.zeros(m, np_of.get(dst, dst))
+        mod(a, b)
+        np.testing.assert_array_equal(b.view(np.uint8), a.view(np.uint8))
+
+
+def test_bfloat16_copy_keeps_every_bit_pattern():
+    """A bfloat16 store writes the register's 16 bits (values are rounded when computed)."""
+    text = """
+@T.prim_func
+def f(A: T.Buffer((64,), "bfloat16"), B: T.Buffer((64,), "bfloat16")):
+    for i in T.serial(64):
+        B[i] = A[i]
+"""
+    a = np.arange(0x7F80, 0x7F80 + 64, dtype=np.uint16).view(ml_dtypes.bfloat16)  # inf, then signalling NaNs
+    b = np.zeros(64, ml_dtypes.bfloat16)
+    build(parse(text))(a, b)
+    np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16))
+
+
+def test_bfloat16_ramp_is_rounded_in_registers():
+    """bfloat16 registers hold rounded values (stores write their bits): a Ramp rounds its lanes."""
+    text = """
+@T.prim_func
+def f(B: T.Buffer((8,), "bfloat16")):
+    B[T.Ramp(0, 1, 8)] = T.Ramp(T.bfloat16(1.0), T.bfloat16(0.00390625), 8)
+"""
+    b = np.zeros(8, ml_dtypes.bfloat16)
+    build(parse(text))(b)
+    want = (np.float32(1) + np.arange(8, dtype=np.float32) * np.float32(2**-8)).astype(ml_dtypes.bfloat16)
+    np.testing.assert_array_equal(b.view(np.uint16), want.view(np.uint16))
+
+
+def test_llvm_intrinsic_with_bfloat_vectors():
+    """bfloat16 values are float32 registers; at an intrinsic declared with ``<N x bfloat>`` they are
+    bitcast from their i16 bits, which LLVM folds away."""
+    src = """
+@T.prim_func
+def f(A: T.Buffer((16,), "bfloat16"), B: T.Buffer((16,), "bfloat16"), C: T.Buffer((8,), "float32"), D: T.Buffer((8,), "float32"), E: T.Buffer((8,), "bfloat16")):
+    C[T.Ramp(0, 1, 8)] = T.call("llvm.x86.avx512bf16.dpbf16ps.256", C[T.Ramp(0, 1, 8)], A[T.Ramp(0, 1, 16)], B[T.Ramp(0, 1, 16)], dtype="float32x8")
+    E[T.Ramp(0, 1, 8)] = T.call("llvm.x86.avx512bf16.cvtneps2bf16.256", D[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+"""
+    mod = build(parse(src), "x86-znver4", jit=False)
+    assert "<16 x bfloat>" in mod.llvm_ir and "<8 x bfloat>" in mod.llvm_ir
+    assert "vdpbf16ps" in mod.assembly and "vcvtneps2bf16" in mod.assembly
+    # bfloat results run here too; LLVM rounds sqrt's float32 result to bfloat with the libcall
+    # __truncsfbf2, which the runtime provides where libgcc has none (a null call otherwise)
+    src = """
+@T.prim_func
+def f(A: T.Buffer((8,), "bfloat16"), B: T.Buffer((8,), "bfloat16"), C: T.Buffer((8,), "bfloat16"), D: T.Buffer((8,), "bfloat16")):
+    B[T.Ramp(0, 1, 8)] = T.call("llvm.fabs.v8bf16", A[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+    C[T.Ramp(0, 1, 8)] = T.call("llvm.sqrt.v8bf16", B[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+    D[T.Ramp(0, 1, 8)] = T.call("llvm.maxnum.v8bf16", A[T.Ramp(0, 1, 8)], C[T.Ramp(0, 1, 8)], dtype="bfloat16x8")
+"""
+    mod = build(parse(src))
+    for seed in range(3):
+        a = np.random.default_rng(seed).standard_normal(8).astype(ml_dtypes.bfloat16)
+        b, c, d = (np.zeros(8, ml_dtypes.bfloat16) for _ in range(3))
+        mod(a, b, c, d)
+        np.testing.assert_array_equal(b.view(np.uint16), a.view(np.uint16) & 0x7FFF)
+        want = np.sqrt(b.astype(np.float32)).astype(ml_dtypes.bfloat16)
+        np.testing.assert_array_equal(c.view(np.uint16), want.view(np.uint16))
+        np.testing.assert_array_equal(d.view(np.uint16), np.maximum(a, c).view(np.uint16))
+
+
 def test_math_calls():
     src = """
 @T.prim_func

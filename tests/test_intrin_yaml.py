@@ -438,6 +438,11 @@ BROKEN_INTRINSICS = [
      f"{I0}.llvm.args[2].load", ["operand B is loaded as one vector, so it must declare contiguous: true"]),
     ("returns-type", _edit(VNNI256, "returns: int32x8", "returns: int32x16"),
      f"{I0}.llvm.returns", ["expected int32x8", "found 'int32x16'"]),
+    ("llvm-rejects-signature", _edit(VNNI256, "vpdpbusd.256", "vpdpbusd.512"),
+     f"{I0}.llvm.returns", ["LLVM 22 rejects a call of llvm.x86.avx512.vpdpbusd.512 as <8 x i32> (<8 x i32>, <32 x i8>, "
+                            "<32 x i8>): Intrinsic has incorrect return type"]),
+    ("llvm-unknown-intrinsic", _edit(VNNI256, "vpdpbusd.256", "vpdpbusq.256"),
+     f"{I0}.llvm.intrinsic", ["LLVM 22 has no intrinsic llvm.x86.avx512.vpdpbusq.256"]),
     ("bad-llvm-name", _edit(VNNI256, "intrinsic: llvm.x86", "intrinsic: x86"),
      f"{I0}.llvm.intrinsic", ["an LLVM intrinsic name"]),
     ("wrong-target-key", _edit(VNNI256, "    llvm:\n", "    cuda:\n"),

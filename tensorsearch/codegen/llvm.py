@@ -125,6 +125,28 @@ PTR = ir.PointerType()
 VOID = ir.VoidType()
 
 
+class _BFloat(ir.Type):
+    """LLVM's ``bfloat``, which llvmlite 0.50's IR layer lacks; only its text is needed.
+
+    bfloat16 values live in float32 registers; this type appears only at the boundary of an LLVM
+    intrinsic declared with ``bfloat`` operands or results (``<16 x bfloat>``, as AVX512-BF16's
+    ``llvm.x86.avx512bf16.dpbf16ps.256`` is in LLVM 22), where the values are bitcast from and to
+    their ``<N x i16>`` bits (:meth:`_CodeGen.to_call`, :meth:`_CodeGen.from_call`).
+    """
+
+    def _to_string(self) -> str:
+        return "bfloat"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _BFloat)
+
+    def __hash__(self) -> int:
+        return hash(_BFloat)
+
+
+BFLOAT = _BFloat()
+
+
 def scalar_type(dt: DataType) -> ir.Type:
     """The register type of one lane (bfloat16 values live in float registers, already rounded)."""
     if dt.code in ("int", "uint"):
@@ -143,6 +165,22 @@ def scalar_type(dt: DataType) -> ir.Type:
 def value_type(dt: DataType) -> ir.Type:
     s = scalar_type(dt.element_of())
     return s if dt.lanes == 1 else ir.VectorType(s, dt.lanes)
+
+
+def call_type(dt: DataType) -> ir.Type:
+    """The type of a value passed to or returned by an LLVM intrinsic: ``value_type``, except that
+    bfloat16 is LLVM's ``bfloat`` there (``bfloat16x16`` -> ``<16 x bfloat>``, not float32 lanes)."""
+    if dt.code != "bfloat":
+        return value_type(dt)
+    return BFLOAT if dt.lanes == 1 else ir.VectorType(BFLOAT, dt.lanes)
+
+
+def bits_type(dt: DataType) -> ir.Type:
+    """The type a bit-pattern reinterpretation of ``dt`` goes through: ``value_type``, except that
+    bfloat16 lanes (float32 registers) are their 16 bits (``bfloat16x32`` -> ``<32 x i16>``)."""
+    if dt.code != "bfloat":
+        return value_type(dt)
+    return I16 if dt.lanes == 1 else ir.VectorType(I16, dt.lanes)
 
 
 def storage_type(dt: DataType) -> ir.Type:
@@ -557,7 +595,7 @@ class _CodeGen:
             t = I8 if not isinstance(v.type, ir.VectorType) else ir.VectorType(I8, v.type.count)
             return self.b.zext(v, t)
         if dt.code == "bfloat":
-            return self.bf16_bits(v)
+            return self.bf16_register_bits(v)  # registers hold rounded values: store their bits exactly
         return v
 
     def from_storage(self, v: ir.Value, dt: DataType) -> ir.Value:
@@ -592,6 +630,37 @@ class _CodeGen:
         nan = b.or_(b.lshr(bits, c(16)), c(0x40))
         isnan = b.fcmp_unordered("uno", v, v)
         return b.trunc(b.select(isnan, nan, rounded), i16)
+
+    def bf16_register_bits(self, v: ir.Value) -> ir.Value:
+        """The 16 bits of bfloat16 values held in float32 registers (already rounded, so the low
+        half is zero): bitcast to i32, shift right 16, truncate to i16. Exact, no rounding."""
+        vec = isinstance(v.type, ir.VectorType)
+        i32 = ir.VectorType(I32, v.type.count) if vec else I32
+        i16 = ir.VectorType(I16, v.type.count) if vec else I16
+        high = self.b.lshr(self.b.bitcast(v, i32), self._splat_like(ir.Constant(I32, 16), i32))
+        return self.b.trunc(high, i16)
+
+    def reinterpret(self, v: ir.Value, src: DataType, dst: DataType) -> ir.Value:
+        """``reinterpret`` by bit pattern from ``src`` to ``dst`` (the same total bits): a bitcast
+        of :func:`bits_type` values, so a bfloat16 side goes through its 16-bit lanes
+        (``bfloat16x2 -> int32``: f32 lanes -> ``<2 x i16>`` -> ``i32``; back: zext, shl 16)."""
+        if src.bits * src.lanes != dst.bits * dst.lanes:
+            raise CodegenError(f"reinterpret from {src} to {dst} changes the number of bits")
+        bits = self.bf16_register_bits(v) if src.code == "bfloat" else v
+        out = self.b.bitcast(bits, bits_type(dst))
+        return self.from_storage(out, dst) if dst.code == "bfloat" else out
+
+    def to_call(self, v: ir.Value, dt: DataType) -> ir.Value:
+        """A value as an LLVM intrinsic takes it: bfloat16 float32 lanes -> their bits -> ``bfloat``."""
+        if dt.code != "bfloat":
+            return v
+        return self.b.bitcast(self.bf16_register_bits(v), call_type(dt))
+
+    def from_call(self, v: ir.Value, dt: DataType) -> ir.Value:
+        """An LLVM intrinsic's result as a register value: ``bfloat`` -> its bits -> float32 lanes."""
+        if dt.code != "bfloat":
+            return v
+        return self.from_storage(self.b.bitcast(v, bits_type(dt)), dt)
 
     def round_bf16(self, v: ir.Value) -> ir.Value:
         return self.from_storage(self.bf16_bits(v), DataType("bfloat", 16))
@@ -905,7 +974,10 @@ class _CodeGen:
             k = ir.Constant(vt, [float(k) if e.base.dtype.is_float else k for k in range(e.lanes)])
             mul = self.b.fmul if e.base.dtype.is_float else self.b.mul
             offs = mul(k, self.splat(self.expr(e.stride), e.lanes))
-        return self.b.fadd(base, offs) if e.base.dtype.is_float else self.b.add(base, offs)
+        if not e.base.dtype.is_float:
+            return self.b.add(base, offs)
+        r = self.b.fadd(base, offs)
+        return self.round_bf16(r) if e.base.dtype.code == "bfloat" else r  # registers hold bfloat16 values
 
     def e_BufferLoad(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:
@@ -951,14 +1023,15 @@ class _CodeGen:
         if op == "likely":
             return self.expr(e.args[0])
         if op.startswith("llvm."):
-            args = [self.expr(a) for a in e.args]
-            ret = VOID if (statement and dt.is_handle) else value_type(dt)
+            args = [self.to_call(self.expr(a), a.dtype) for a in e.args]
+            ret = VOID if (statement and dt.is_handle) else call_type(dt)
             fn = self.declare(op, ret, [a.type for a in args])
             if fn.function_type.return_type != ret or [a.type for a in args] != list(fn.function_type.args):
                 raise CodegenError(f"intrinsic {op} is called with different types in one program")
-            return self.b.call(fn, args)
+            result = self.b.call(fn, args)
+            return result if ret is VOID else self.from_call(result, dt)
         if op == "reinterpret":
-            return self.b.bitcast(self.expr(e.args[0]), value_type(dt))
+            return self.reinterpret(self.expr(e.args[0]), e.args[0].dtype, dt)
         args = [self.expr(a) for a in e.args]
         b = self.b
         if dt.is_integer:

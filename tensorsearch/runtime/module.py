@@ -122,6 +122,43 @@ def _load_gomp() -> str:
     return path
 
 
+# LLVM calls this compiler-rt/libgcc routine (not an IR declaration, so not in the list above)
+# when it rounds float to bfloat itself, as in a generic intrinsic on <N x bfloat> such as
+# llvm.maxnum.v8bf16 on a CPU without AVX512-BF16; libgcc has it only from GCC 13, and an
+# unresolved one is a null call in MCJIT. Round to nearest even, NaNs kept quiet, as the codegen.
+_TRUNCSFBF2 = """
+define bfloat @__truncsfbf2(float %x) {
+  %bits = bitcast float %x to i32
+  %high = lshr i32 %bits, 16
+  %lsb = and i32 %high, 1
+  %bias = add i32 %lsb, 32767
+  %sum = add i32 %bits, %bias
+  %rounded = lshr i32 %sum, 16
+  %nan = fcmp uno float %x, %x
+  %quiet = or i32 %high, 64
+  %pick = select i1 %nan, i32 %quiet, i32 %rounded
+  %short = trunc i32 %pick to i16
+  %out = bitcast i16 %short to bfloat
+  ret bfloat %out
+}
+"""
+
+
+@cache
+def _bf16_libcalls() -> Any:
+    """Give MCJIT ``__truncsfbf2`` where the process has none; returns the engine that keeps it."""
+    import llvmlite.binding as llvm
+
+    if _resolve_symbol("__truncsfbf2"):
+        return None
+    mod = llvm.parse_assembly(_TRUNCSFBF2)
+    mod.triple = host_triple()
+    engine = llvm.create_mcjit_compiler(mod, cg.target_machine(resolve(None), jit=True))
+    engine.finalize_object()
+    llvm.add_symbol("__truncsfbf2", engine.get_function_address("__truncsfbf2"))
+    return engine
+
+
 def _resolve_symbol(name: str) -> bool:
     """Whether MCJIT can link ``name``; C library functions (malloc, free, erf) are registered first.
 
@@ -300,6 +337,8 @@ class Module(_Runnable):
         if target.runs_here and jit:
             if self.parallel:
                 _load_gomp()
+            if "bfloat" in self.llvm_ir:
+                _bf16_libcalls()
             missing = [
                 f.name
                 for f in opt.functions

@@ -353,12 +353,14 @@ class TensorizePrimitives(ScheduleState):
                     f"operand {op_name} is buffer {w_buf.name} in scope {w_buf.scope}, the intrinsic needs {op.scope}"
                 )
             by_op[op_name] = w_buf
-        # Iterators: the tile's iterators map one-to-one onto the intrinsic's.
+        # Iterators: the tile's iterators map one-to-one onto the intrinsic's; those of extent 1 on
+        # either side are fixed at their start (blockize drops such a loop of the tile).
+        accesses = _fix_unit_iterators(m.accesses, desc, inner)
         inner_vars = {iv.var: iv for iv in inner.iter_vars}
         d_iters = {iv.var: (iv, it) for iv, it in zip(desc.iter_vars, intr.iterators, strict=True)}
         mapping: dict[Var, Var] = {}
         zero = {v: IntImm(v.dtype, 0) for v in inner_vars}
-        for d_buf, pairs in m.accesses.items():
+        for d_buf, pairs in accesses.items():
             for d_idx, w_idx in pairs:
                 parts = [arith.simplify(e - substitute(e, zero)) for e in w_idx]
                 used = [p for p in parts if not _is_zero(p)]
@@ -387,7 +389,7 @@ class TensorizePrimitives(ScheduleState):
                             )
                         mapping[d_e] = vs[0]
         for d_var, (_div, it) in d_iters.items():
-            if d_var not in mapping:
+            if d_var not in mapping and it.extent != 1:
                 raise err(f"no iterator of the tile plays the role of intrinsic iterator {it.name}")
         if len(set(mapping.values())) != len(mapping):
             raise err("two intrinsic iterators are played by the same iterator of the tile")
@@ -433,7 +435,7 @@ class TensorizePrimitives(ScheduleState):
             w_buf = by_op[op_name]
             op = ops[op_name]
             first: tuple[PrimExpr, ...] | None = None
-            for d_idx, w_idx in m.accesses[d_buf]:
+            for d_idx, w_idx in accesses[d_buf]:
                 starts = tuple(arith.simplify(substitute(e, zero)) for e in w_idx)
                 parts = [arith.simplify(e - s) for e, s in zip(w_idx, starts, strict=True)]
                 used = [k for k, p in enumerate(parts) if not _is_zero(p)]
@@ -509,6 +511,19 @@ def _is_const(e: PrimExpr, value: int) -> bool:
     return isinstance(e, IntImm) and e.value == value
 
 
+def _fix_unit_iterators(accesses: dict[Buffer, list[Any]], desc: Block, inner: Block) -> dict[Buffer, list[Any]]:
+    """The (description, tile) index pairs of each operand with every iterator of extent 1 replaced
+    by its start: ``B[k, i]`` of an intrinsic with ``k`` of extent 1 is ``B[0, i]``."""
+    fixed = {iv.var: iv.dom.min for b in (desc, inner) for iv in b.iter_vars if _is_const(iv.dom.extent, 1)}
+    if not fixed:
+        return accesses
+
+    def fix(idx: tuple[PrimExpr, ...]) -> tuple[PrimExpr, ...]:
+        return tuple(arith.simplify(substitute(e, fixed)) for e in idx)
+
+    return {buf: [(fix(d), fix(w)) for d, w in pairs] for buf, pairs in accesses.items()}
+
+
 def _op_of(d_bufs: dict[str, Buffer], buf: Buffer) -> str:
     for n, b in d_bufs.items():
         if b is buf:
@@ -528,6 +543,15 @@ def _reinterpret(value: PrimExpr, dtype: DataType) -> PrimExpr:
     return Call(dtype, "reinterpret", (value,))
 
 
+def _step(value: PrimExpr, kind: str, arg: Any) -> PrimExpr:
+    """One ``then`` step of an LLVM argument: reinterpret (bits), cast (values) or broadcast."""
+    if kind == "reinterpret":
+        return _reinterpret(value, arg)
+    if kind == "cast":
+        return value if value.dtype == arg else Cast(arg, value)
+    return Broadcast(value, arg)
+
+
 def _impl_stmt(intr: Intrinsic, tiles: dict[str, Buffer]) -> BufferStore:
     """``store[...] = intrinsic(args...)`` built from ``intr.impl`` (an LLVMImpl)."""
     impl = intr.impl
@@ -543,7 +567,7 @@ def _impl_stmt(intr: Intrinsic, tiles: dict[str, Buffer]) -> BufferStore:
         v = _vector(tiles[op.name], op.numel)
         v = _reinterpret(v, a.load)
         for kind, arg in a.steps:
-            v = _reinterpret(v, arg) if kind == "reinterpret" else Broadcast(v, arg)
+            v = _step(v, kind, arg)
         args.append(v)
     value: PrimExpr = Call(impl.returns, impl.intrinsic, tuple(args))
     store_op = intr.operand(impl.store)

@@ -11,7 +11,9 @@ built from operand vectors, or a CUDA code template). docs/hardware-yaml.md is t
 The YAML text is read by :func:`tensorsearch.hardware.read_yaml` (``yaml.safe_load``), the one
 place the project reads YAML. Every mistake raises :class:`IntrinsicError` (a
 :class:`~tensorsearch.hardware.HardwareError`) naming the file, the key path, what was expected and
-what was found. Files are found on :func:`search_path` and loaded once per (path, mtime).
+what was found. Files are found on :func:`search_path` and loaded once per (path, mtime). The
+LLVM call an implementation declares is checked against LLVM's own declaration of that intrinsic
+(:mod:`.llvm_check`, asked in a child process because LLVM aborts on some spellings).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..ir import Block, Buffer, DataType, IterType, PrimFunc, parse_dtype
+from .llvm_check import Answer, accepted_change, check_calls, dtype_text, llvm_type, llvm_version
 from .reader import (
     KNOWN_ARCHES,
     NAME_RE,
@@ -138,7 +141,9 @@ class LLVMArg:
 
     Either the whole ``operand`` region loaded as one vector of type ``load`` and then transformed
     by ``steps`` in order -- ``("reinterpret", DataType)`` is a bitcast to a type of the same total
-    bits, ``("broadcast", n)`` repeats a scalar into ``n`` lanes -- or a ``constant`` of ``dtype``.
+    bits, ``("cast", DataType)`` converts each lane's value to a type of the same lanes (as
+    ``cast()`` in the semantics: ``bfloat16x8 -> float32x8`` is exact), ``("broadcast", n)``
+    repeats a scalar into ``n`` lanes -- or a ``constant`` of ``dtype``.
     """
 
     operand: str | None
@@ -156,7 +161,7 @@ class LLVMArg:
         t = self.load
         assert t is not None
         for kind, arg in self.steps:
-            t = arg if kind == "reinterpret" else t.with_lanes(arg)
+            t = t.with_lanes(arg) if kind == "broadcast" else arg
         return t
 
 
@@ -734,7 +739,7 @@ def _llvm_arg(value: Any, ctx: Ctx, operands: dict[str, Operand]) -> LLVMArg:
 
 
 def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]:
-    expected = "a list of steps such as [reinterpret: int32, broadcast: 16]"
+    expected = "a list of steps such as [reinterpret: int32, broadcast: 16, cast: float32x16]"
     if not isinstance(value, list):
         raise ctx.fail(expected, value)
     out: list[tuple[str, Any]] = []
@@ -742,7 +747,7 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
     for i, step in enumerate(value):
         sub = ctx.child(f"[{i}]")
         if not isinstance(step, dict) or len(step) != 1:
-            raise sub.fail("one step: {reinterpret: TYPE} or {broadcast: LANES}", step)
+            raise sub.fail("one step: {reinterpret: TYPE}, {cast: TYPE} or {broadcast: LANES}", step)
         ((kind, arg),) = step.items()
         if kind == "reinterpret":
             new = _vector_dtype(arg, sub.child("reinterpret"))
@@ -751,6 +756,14 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
                     f"a type of {t.bits * t.lanes} bits, the size of the {t} value reinterpreted", str(new)
                 )
             out.append(("reinterpret", new))
+            t = new
+        elif kind == "cast":
+            new = _vector_dtype(arg, sub.child("cast"))
+            if new.lanes != t.lanes:
+                raise sub.child("cast").fail(
+                    f"a type of {t.lanes} lanes, the lanes of the {t} value converted", str(new)
+                )
+            out.append(("cast", new))
             t = new
         elif kind == "broadcast":
             lanes = _pos_int("a number of lanes of at least 2")(arg, sub.child("broadcast"))
@@ -761,8 +774,88 @@ def _steps(value: Any, ctx: Ctx, start: DataType) -> tuple[tuple[str, Any], ...]
             out.append(("broadcast", lanes))
             t = t.with_lanes(lanes)
         else:
-            raise sub.child(str(kind)).message(f"unknown step {kind!r}; the steps are reinterpret and broadcast", kind)
+            raise sub.child(str(kind)).message(
+                f"unknown step {kind!r}; the steps are reinterpret, cast and broadcast", kind
+            )
     return tuple(out)
+
+
+def _check_llvm_calls(impls: list[tuple[Ctx, LLVMImpl | CudaImpl]]) -> None:
+    """Refuse an LLVM call that LLVM itself does not declare as written: unknown name, argument or
+    result types, argument count (asked once per signature, see :mod:`.llvm_check`)."""
+    llvm_impls = [(ctx, impl) for ctx, impl in impls if isinstance(impl, LLVMImpl)]
+    calls = [_llvm_call(impl) for _, impl in llvm_impls]
+    for (ctx, impl), answer in zip(llvm_impls, check_calls(calls), strict=True):
+        if answer.kind != "ok":
+            raise _llvm_mismatch(ctx, impl, answer)
+
+
+def _llvm_call(impl: LLVMImpl) -> tuple[str, str, tuple[str, ...]]:
+    ret, args = impl.signature
+    return impl.intrinsic, llvm_type(ret), tuple(llvm_type(a) for a in args)
+
+
+def _llvm_mismatch(ctx: Ctx, impl: LLVMImpl, answer: Answer) -> IntrinsicError:
+    """One sentence naming the key (``args[1]``, ``returns``, ``intrinsic``) and what LLVM expects."""
+    name, ret, args = _llvm_call(impl)
+    sig = f"{ret} ({', '.join(args)})"
+    version = llvm_version()
+    if answer.kind == "declared" and answer.declared is not None:
+        return _declared_mismatch(ctx, impl, answer.declared, version)
+    if answer.kind == "unknown":
+        return ctx.child("intrinsic").message(f"{version} has no intrinsic {name}", name)
+    if answer.kind == "rejected":
+        return _rejected(ctx, impl, answer.message, version)
+    return ctx.child("args").message(
+        f"{version} aborts reading a declaration of {name} as {sig} ({answer.message}), so it does not "
+        "declare it that way: check the number and types of the arguments",
+        sig,
+    )
+
+
+def _rejected(ctx: Ctx, impl: LLVMImpl, why: str, version: str) -> IntrinsicError:
+    """LLVM's verifier refused the call; where one type changed to another of the call makes LLVM
+    accept it, the key is that argument (or the result) and the message says so."""
+    call = _llvm_call(impl)
+    name, ret, args = call
+    why = why.rstrip("!")
+    if "variable arguments" in why:  # what LLVM says of a call with more or fewer arguments
+        why += " (the number of arguments is not the one LLVM declares)"
+    text = f"{version} rejects a call of {name} as {ret} ({', '.join(args)}): {why}"
+    result = "return type" in why
+    change = accepted_change(call, result)
+    if change is None:
+        return ctx.child("returns" if result else "args").message(text, ret if result else list(args))
+    pos, want = change
+    key, what = ("returns", "the result") if pos < 0 else (f"args[{pos}]", f"argument {pos}")
+    return ctx.child(key).message(f"{text}; it accepts {what} as {want} ({dtype_text(want)})", want)
+
+
+def _declared_mismatch(ctx: Ctx, impl: LLVMImpl, declared: tuple, version: str) -> IntrinsicError:
+    """LLVM read the declaration as another one (an upgrade of an old signature, a re-mangled name)."""
+    name, ret, args = _llvm_call(impl)
+    lname, lret, largs = declared
+    whole = f"{lret} @{lname}({', '.join(largs)})"
+    if len(largs) != len(args):
+        return ctx.child("args").message(
+            f"{version} declares {whole}: {len(largs)} arguments, but {len(args)} are written", len(args)
+        )
+    for j, (want, got) in enumerate(zip(largs, args, strict=True)):
+        if want != got:
+            written = impl.args[j].dtype
+            return ctx.child(f"args[{j}]").message(
+                f"{version} declares {whole}: argument {j} is {want} ({dtype_text(want)}), "
+                f"but {written} ({got}) is written",
+                str(written),
+            )
+    if lret != ret:
+        return ctx.child("returns").message(
+            f"{version} declares {whole}: it returns {lret} ({dtype_text(lret)}), not {impl.returns} ({ret})",
+            str(impl.returns),
+        )
+    return ctx.child("intrinsic").message(
+        f"{version} names the intrinsic with these types {lname}, not {name}: {whole}", name
+    )
 
 
 def _cuda_impl(
@@ -945,6 +1038,8 @@ def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
         if intr.name in intrinsics:
             raise ictx.child(f"[{i}].name").fail("each intrinsic name once in a set", intr.name)
         intrinsics[intr.name] = intr
+    if target == "llvm":
+        _check_llvm_calls([(ictx.child(f"[{i}]").child("llvm"), x.impl) for i, x in enumerate(intrinsics.values())])
     units: list[Unit] = []
     if "units" in f:
         uctx = ctx.child("units")
