@@ -393,10 +393,10 @@ def parse(text: str, source: str = "<string>") -> Hardware:
     names = fields.pop("intrinsics", ())
     hw = Hardware(**fields, source=source)
     _check_kind(hw, data, ctx)
-    _check_llvm_names(hw, ctx)
     if names:
         sets = resolve_sets(hw, names, ctx.child("intrinsics"))
         hw = dataclasses.replace(hw, intrinsic_sets=sets)
+    _check_llvm_names(hw, ctx)
     return hw
 
 
