@@ -4,6 +4,7 @@ import dataclasses
 import json
 import math
 import time
+import warnings
 
 import pytest
 
@@ -128,7 +129,38 @@ def test_corrupt_last_line_with_newline_is_skipped(tmp_path):
         assert [r.candidate_key for r in Database(tmp_path).records(wk, "h")] == ["a"]
 
 
-def test_corrupt_middle_line_is_an_error(tmp_path):
+def test_damaged_middle_line_is_skipped_then_repaired_keeping_every_record(tmp_path):
+    db = Database(tmp_path)
+    wk = db.commit_workload(GMM.func)
+    for c in "abcd":
+        db.commit_record(record(wk, "h", c))
+    db.close()
+    path = tmp_path / "database" / "tuning_records.jsonl"
+    lines = path.read_text().splitlines(keepends=True)
+    lines[1] = lines[1][:30] + "\n"  # "b" cut off, then "c" and "d" appended after it
+    lines[2] = lines[2][:25] + lines[3]  # "c" cut off, "d" glued to it without a newline
+    lines[3] = "\n"
+    path.write_text("".join(lines) + lines[0].replace('"a"', '"e"'))
+    with pytest.warns(UserWarning) as caught:
+        db = Database(tmp_path)
+    messages = [str(w.message) for w in caught]
+    assert any("skipping line 2, which is damaged" in m for m in messages)
+    assert any(
+        "skipping line 3, which is damaged" in m and "the whole record at its end is kept" in m for m in messages
+    )
+    assert [r.candidate_key for r in db.records(wk, "h")] == ["a", "d", "e"]
+    with pytest.warns(UserWarning, match=r"repaired: 2 damaged line\(s\) removed, all 3 whole lines kept"):
+        db.commit_record(record(wk, "h", "f"))  # the first commit repairs the file
+    db.close()
+    assert [json.loads(line)["candidate_key"] for line in path.read_text().splitlines()] == ["a", "d", "e", "f"]
+    damaged = (tmp_path / "database" / "tuning_records.jsonl.damaged").read_text().splitlines()
+    assert damaged == [lines[1].rstrip("\n"), lines[2][:25]]  # no byte is thrown away
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert [r.candidate_key for r in Database(tmp_path).records(wk, "h")] == ["a", "d", "e", "f"]
+
+
+def test_a_middle_line_that_is_json_but_not_a_record_is_an_error(tmp_path):
     db = Database(tmp_path)
     wk = db.commit_workload(GMM.func)
     for c in "abc":
@@ -136,23 +168,20 @@ def test_corrupt_middle_line_is_an_error(tmp_path):
     db.close()
     path = tmp_path / "database" / "tuning_records.jsonl"
     lines = path.read_text().splitlines(keepends=True)
-    lines[1] = lines[1][:30] + "\n"
-    path.write_text("".join(lines))
-    with pytest.raises(DatabaseError, match=r"tuning_records.jsonl: line 2 is not a valid record"):
-        Database(tmp_path)
-    # a line that is JSON but not a record is named too
-    lines[1] = '{"workload_key": "w"}\n'
+    lines[1] = '{"workload_key": "w"}\n'  # not damage a crash leaves: refused, never skipped
     path.write_text("".join(lines))
     with pytest.raises(DatabaseError, match=r"line 2 is not a valid record \(the record lacks hardware_key"):
         Database(tmp_path)
 
 
-def test_corrupt_workload_line_is_an_error(tmp_path):
+def test_damaged_workload_line_is_skipped(tmp_path):
     db = Database(tmp_path)
-    db.commit_workload(GMM.func)
-    db.commit_workload(GMM_INT8.func)
+    keys = [db.commit_workload(GMM.func), db.commit_workload(GMM_INT8.func)]
     db.close()
     path = tmp_path / "database" / "workloads.jsonl"
     path.write_text("not json\n" + path.read_text())
-    with pytest.raises(DatabaseError, match=r"workloads.jsonl: line 1 is not a valid record"):
+    with pytest.warns(UserWarning, match=r"workloads.jsonl: skipping line 1, which is damaged"):
+        assert Database(tmp_path).workload_keys() == keys
+    path.write_text('{"name": "no key"}\n' + path.read_text())  # JSON but not a workload line: refused
+    with pytest.raises(DatabaseError, match=r"workloads.jsonl: line 1 lacks 'key'"), pytest.warns(UserWarning):
         Database(tmp_path)

@@ -205,9 +205,8 @@ def _best_trace_script(trace, prog: Program, args: argparse.Namespace, hw, resul
 
 
 def _cmd_tune(args: argparse.Namespace) -> int:
-    from .. import search
     from ..search.database import Database
-    from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
+    from ..search.workdir import WorkDirBusy, hold_work_dir
 
     prog = _program(args, "float32")
     hw = _argument("--hardware", load, args.hardware)
@@ -216,6 +215,18 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     for path in args.transfer:  # a bad --transfer path is an error before Ray starts
         Database.open_existing(path).close()
     print(f"tensorsearch tune: {prog.label} on {hw.name}, {args.trials} trials, work dir {work_dir}", file=sys.stderr)
+    try:
+        with hold_work_dir(work_dir):  # held while tuning and while writing the curve and best trace
+            return _tune_held(args, prog, hw, work_dir)
+    except WorkDirBusy as busy:
+        print(f"tensorsearch tune: error: {busy.message('--work-dir')}", file=sys.stderr)
+        return 1
+
+
+def _tune_held(args: argparse.Namespace, prog: Program, hw, work_dir: Path) -> int:
+    from .. import search
+    from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
+
     bar = ProgressBar(sys.stderr)
 
     def progress(p) -> None:
@@ -317,8 +328,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure, e.g. 256")
     p.add_argument(
         "--work-dir",
-        help="directory for the database, the tuning curve and the best trace; reusing one resumes its run "
-        "(default: runs/NAME-INDEX-DTYPE-HARDWARE)",
+        help="directory for the database, the tuning curve and the best trace; reusing one resumes its run; "
+        "one run at a time: a second on a busy work dir is refused (default: runs/NAME-INDEX-DTYPE-HARDWARE)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); the same seed gives the same search")
     p.add_argument("--address", help="Ray cluster address to join (default: start a local one)")

@@ -8,8 +8,8 @@
 Modules (see docs/search.md): ``space`` (schedule rules, design space), ``postproc``,
 ``mutator``, ``evolutionary`` (the search), ``features`` and ``cost_model``, ``database``,
 ``measure`` (Ray builders and runners), ``parallel`` (the search's own work on Ray), ``tuner`` (tune, compile_best),
-``report`` (progress bar, tables, tuning curve). Only this package imports Ray; names load on
-first use, so importing it is cheap.
+``workdir`` (one tuning run at a time per work dir), ``report`` (progress bar, tables, tuning
+curve). Only this package imports Ray; names load on first use, so importing it is cheap.
 """
 
 from importlib import import_module
@@ -22,6 +22,8 @@ _NAMES = {
     "TuneError": "tuner",
     "TuneInputError": "tuner",
     "Progress": "tuner",
+    "WorkDirBusy": "workdir",
+    "hold_work_dir": "workdir",
     "count_ops": "tuner",
     "check_runs_here": "tuner",
     "SearchConfig": "evolutionary",

@@ -22,22 +22,44 @@ misreads a newer database. Opening never rewrites old lines; new commits append 
 
 Durability: each commit is one line written by a single ``write`` on a file opened for appending,
 then flushed to disk (``os.fsync``) before the call returns, so a process killed at any moment
-loses nothing it committed. A process killed in the middle of that write can leave a partial
-last line: loading skips it with a warning (and the next commit cuts it off before appending); a
-corrupt line anywhere else is an error naming the file and the line, since it means the file was
-edited or damaged.
+loses nothing it committed.
+
+Concurrency: any number of processes may read and append to the same files. An append holds an
+exclusive ``fcntl.flock`` on the file while it repairs what is damaged, writes its line and fsyncs;
+a reader takes no lock (nothing waits on a reader). What can be damaged, and what becomes of it:
+
+- a cut-off last line (a process killed in the middle of its write; the kernel drops its lock):
+  loading skips it with a warning, since the writer may also still be writing it. The next
+  append, under the lock, looks at the file's end *as it is then* (never at an offset remembered
+  from an earlier read) and cuts off the bytes after the last newline, moving them to
+  ``<file>.damaged``; a last line that is a whole object without its newline is ended instead.
+- a damaged line with lines after it (left by a tensorsearch older than this protocol, or by an
+  edit): loading skips it with a warning naming the file and the line, keeping a whole record
+  glued to its end (one appended after a cut-off line without a newline between them); the next
+  append rewrites the file under the lock, every whole line kept in place, through a temporary
+  file and ``os.replace``, the damaged bytes saved to ``<file>.damaged`` first. An appender holding
+  the replaced file notices (its inode is no longer the path's) and appends to the new one.
+
+A line that is JSON but not a record (fields missing), or of a newer format, is an error naming the
+file and the line: that is not damage a crash leaves, and skipping it could lose a record.
+
+Test hook: with ``TENSORSEARCH_TEST_HANG_IN_RECORD=N`` in the environment, a Database writes the
+first half of its N-th record line and then sleeps, holding the file's lock, so a test can kill
+the process in the middle of writing a record (tests/test_workdir_concurrency.py).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import enum
+import fcntl
 import hashlib
 import json
 import math
 import os
 import statistics
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +72,7 @@ from ..target import Hardware, load
 __all__ = ["DATABASE_FORMAT", "Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
 
 DATABASE_FORMAT = 1  # the "format" of every line this code writes; it reads 0 (no "format") to this
+TEST_HANG_ENV = "TENSORSEARCH_TEST_HANG_IN_RECORD"  # test hook: see the module docstring
 
 
 class DatabaseError(ValueError):
@@ -170,84 +193,254 @@ class TuningRecord:
         )
 
 
+def _decode(line: bytes) -> tuple[dict[str, Any] | None, int | None, Exception | None]:
+    """Decode one line: ``(obj, 0, None)`` when it is a JSON object; for a damaged line
+    ``(obj, at, why)`` when the bytes from ``at`` on are a whole JSON object (a line appended
+    right after a cut-off one, without a newline between them: what a writer that did not check
+    the file's end left), else ``(None, None, why)``."""
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        why: Exception = e
+    else:
+        if isinstance(obj, dict):
+            return obj, 0, None
+        why = ValueError(f"expected a JSON object, found {type(obj).__name__}")
+    at = line.find(b"{", 1)
+    while at != -1:
+        try:
+            obj = json.loads(line[at:])
+        except ValueError:
+            pass
+        else:
+            if isinstance(obj, dict):
+                return obj, at, why
+        at = line.find(b"{", at + 1)
+    return None, None, why
+
+
+def _pread_all(fd: int, size: int, offset: int) -> bytes:
+    parts = []
+    while size > 0:
+        chunk = os.pread(fd, size, offset)
+        if not chunk:
+            break
+        parts.append(chunk)
+        size -= len(chunk)
+        offset += len(chunk)
+    return b"".join(parts)
+
+
 class _JsonLines:
-    """One append-only JSON-lines file: read once, then appended one fsynced line at a time."""
+    """One append-only JSON-lines file that any number of processes read and append to.
 
-    def __init__(self, path: Path) -> None:
+    Reading takes no lock and skips what is not a whole line. Appending takes an exclusive
+    ``flock`` on the file, repairs what is damaged at that moment (see the module docstring), writes
+    the line with one ``write`` and fsyncs it before letting go.
+    """
+
+    def __init__(self, path: Path, hang_at: int | None = None) -> None:
         self.path = path
-        self._cut: int | None = None  # byte offset of a damaged last line to cut off before appending
-        self._prefix = b""  # a newline when the file ends in a complete line without one
+        self.damaged_path = path.with_name(path.name + ".damaged")
         self._fd: int | None = None
+        self._repair = False  # read() met a damaged line ending in a newline: rewrite at the next append
+        self._warned_tail: int | None = None  # offset of the cut-off last line read() warned about
+        self._appended = 0
+        self._hang_at = hang_at
 
-    def read(self) -> list[tuple[int, dict[str, Any]]]:
-        """(line number, object) of every line; a damaged last line is skipped with a warning."""
-        if not self.path.exists():
+    # reading ---------------------------------------------------------------------------
+    def read(self) -> list[tuple[int, dict[str, Any], bool]]:
+        """(line number, object, salvaged) of every line; damaged lines are skipped with a warning
+        (a whole object at a damaged line's end is kept: ``salvaged``)."""
+        try:
+            data = self.path.read_bytes()
+        except FileNotFoundError:
             return []
-        data = self.path.read_bytes()
         lines = data.split(b"\n")
-        trailing = lines.pop()  # b"" when the file ends with a newline, else a partial line
-        out: list[tuple[int, dict[str, Any]]] = []
+        trailing = lines.pop()  # b"" when the file ends with a newline, else a line being written or cut off
+        out: list[tuple[int, dict[str, Any], bool]] = []
         offset = 0
         for number, line in enumerate(lines, start=1):
-            start, offset = offset, offset + len(line) + 1
+            offset += len(line) + 1
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-                if not isinstance(obj, dict):
-                    raise ValueError(f"expected a JSON object, found {type(obj).__name__}")
-            except ValueError as e:
-                if number == len(lines) and not trailing:
-                    self._damaged(number, start, e)
-                    continue
-                raise DatabaseError(f"{self.path}: line {number} is not a valid record ({e})") from None
-            out.append(self._versioned(number, obj))
-        if trailing:
-            try:
-                obj = json.loads(trailing)
-            except ValueError:
-                obj = None
-            if isinstance(obj, dict):  # complete but unterminated: keep it, end it before appending
-                out.append(self._versioned(len(lines) + 1, obj))
-                self._prefix = b"\n"
-            else:
-                self._damaged(len(lines) + 1, offset, ValueError("the line is cut off (no newline at its end)"))
+            obj, at, why = _decode(line)
+            if why is not None:
+                self._repair = True
+                last = number == len(lines) and not trailing.strip()
+                self._warn_damaged(number, why, last, at)
+            if obj is not None:
+                out.append(self._versioned(number, obj, bool(at)))
+        if trailing.strip():
+            number = len(lines) + 1
+            obj, at, why = _decode(trailing)
+            if why is not None:  # cut off: a process was killed while writing it, or is writing it now
+                self._warned_tail = offset
+                self._warn_damaged(number, ValueError("cut off: no newline at its end"), True, at)
+            if obj is not None:  # whole but not yet ended by its newline: the next append ends it
+                out.append(self._versioned(number, obj, bool(at)))
         return out
 
-    def _versioned(self, number: int, obj: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """``(number, obj)`` when the line is of a format version this code reads."""
+    def _versioned(self, number: int, obj: dict[str, Any], salvaged: bool) -> tuple[int, dict[str, Any], bool]:
+        """``(number, obj, salvaged)`` when the line is of a format version this code reads."""
         try:
             line_format(obj)
         except ValueError as e:
             raise DatabaseError(f"{self.path}: line {number}: {e}") from None
-        return number, obj
+        return number, obj, salvaged
 
-    def _damaged(self, number: int, offset: int, why: Exception) -> None:
+    def _warn_damaged(self, number: int, why: Exception, last: bool, salvage_at: int | None) -> None:
+        where = "the last one, " if last else ""
+        cause = (
+            "a process was probably killed while writing it (or is writing it now)"
+            if last
+            else "lines were appended after it without repairing it (by an older tensorsearch, or an edit)"
+        )
+        kept = " (the whole record at its end is kept)" if salvage_at else ""
         warnings.warn(
-            f"{self.path}: skipping line {number}, the last one, which is damaged ({why}); "
-            "a process was probably killed while writing it",
+            f"{self.path}: skipping line {number}, {where}which is damaged ({why}){kept}; {cause}; "
+            "the next commit moves its bytes to " + self.damaged_path.name,
             stacklevel=4,
         )
-        self._cut = offset
 
+    # appending -------------------------------------------------------------------------
     def append(self, obj: dict[str, Any]) -> None:
-        """Write ``obj`` as one line with a single write, then fsync."""
-        line = self._prefix + (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        """Write ``obj`` as one line with a single write under the file's lock, then fsync."""
+        line = (json.dumps(obj, separators=(",", ":")) + "\n").encode()
+        while True:
+            fd = self._open()
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                if not self._current(fd):  # another process repaired the file: append to the new one
+                    self.close()
+                    continue
+                if self._repair:
+                    self._repair = False
+                    if self._rewrite(fd):  # the file at the path is a new one now
+                        self.close()
+                        continue
+                self._end_tail(fd)
+                self._write(fd, line)
+                return
+            finally:
+                if self._fd == fd:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+
+    def _open(self) -> int:
         if self._fd is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             created = not self.path.exists()
-            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            self._fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
             if created:
                 _fsync_dir(self.path.parent)
-        if self._cut is not None:
-            os.ftruncate(self._fd, self._cut)
-            self._cut = None
-        self._prefix = b""
-        view = memoryview(line)
+        return self._fd
+
+    def _current(self, fd: int) -> bool:
+        """Whether ``fd`` is still the file at the path (a repair replaces it)."""
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        own = os.fstat(fd)
+        return (st.st_dev, st.st_ino) == (own.st_dev, own.st_ino)
+
+    def _end_tail(self, fd: int) -> None:
+        """Under the lock: end a whole last line that lacks its newline, or cut off a damaged last
+        line (the bytes after the last newline now, which no living writer is writing), keeping
+        its bytes in the ``.damaged`` file and any whole object at its end."""
+        size = os.fstat(fd).st_size
+        if size == 0 or os.pread(fd, 1, size - 1) == b"\n":
+            return
+        start = size
+        while start > 0:
+            n = min(65536, start)
+            i = os.pread(fd, n, start - n).rfind(b"\n")
+            if i != -1:
+                start = start - n + i + 1
+                break
+            start -= n
+        tail = _pread_all(fd, size - start, start)
+        _, at, why = _decode(tail)
+        if why is None:
+            self._write_all(fd, b"\n")
+            return
+        self._save_damaged([tail[:at] if at else tail])
+        os.ftruncate(fd, start)
+        if at:
+            self._write_all(fd, tail[at:] + b"\n")
+        os.fsync(fd)
+        if start != self._warned_tail:
+            warnings.warn(
+                f"{self.path}: cut off a damaged last line of {size - start} bytes ({why}), which a killed "
+                f"process left; its bytes are in {self.damaged_path.name}",
+                stacklevel=5,
+            )
+        self._warned_tail = None
+
+    def _rewrite(self, fd: int) -> bool:
+        """Under the lock: rewrite the file without its damaged lines (temporary file, then
+        ``os.replace``), every whole line kept in its place; the damaged bytes go to the
+        ``.damaged`` file first. False when nothing is damaged (any more)."""
+        data = _pread_all(fd, os.fstat(fd).st_size, 0)
+        lines = data.split(b"\n")
+        if not lines[-1].strip():
+            lines.pop()
+        kept: list[bytes] = []
+        damaged: list[bytes] = []
+        for line in lines:
+            if not line.strip():
+                continue
+            _, at, why = _decode(line)
+            if why is None:
+                kept.append(line)
+                continue
+            damaged.append(line[:at] if at else line)
+            if at:
+                kept.append(line[at:])
+        if not damaged:
+            return False
+        self._save_damaged(damaged)
+        tmp = self.path.with_name(f".{self.path.name}.repair-{os.getpid()}")
+        out = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            self._write_all(out, b"".join(line + b"\n" for line in kept))
+            os.fsync(out)
+        finally:
+            os.close(out)
+        os.replace(tmp, self.path)
+        _fsync_dir(self.path.parent)
+        warnings.warn(
+            f"{self.path}: repaired: {len(damaged)} damaged line(s) removed, all {len(kept)} whole lines kept; "
+            f"the damaged bytes are in {self.damaged_path.name}",
+            stacklevel=5,
+        )
+        return True
+
+    def _save_damaged(self, pieces: list[bytes]) -> None:
+        fd = os.open(self.damaged_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            self._write_all(fd, b"".join(p + b"\n" for p in pieces))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    @staticmethod
+    def _write_all(fd: int, data: bytes) -> None:
+        view = memoryview(data)
         while view:  # one write for any realistic line; a partial write continues where it stopped
-            n = os.write(self._fd, view)
+            n = os.write(fd, view)
             view = view[n:]
-        os.fsync(self._fd)
+
+    def _write(self, fd: int, line: bytes) -> None:
+        if self._hang_at is not None and self._appended + 1 == self._hang_at:
+            # the test hook: write half the line and stop, holding the lock, until killed
+            self._write_all(fd, line[: len(line) // 2])
+            os.fsync(fd)
+            while True:
+                time.sleep(60)
+        self._write_all(fd, line)
+        os.fsync(fd)
+        self._appended += 1
 
     def close(self) -> None:
         if self._fd is not None:
@@ -272,8 +465,8 @@ class Database:
     """Workloads and tuning records of one work directory (see the module docstring).
 
     Opening reads both files; commits append to them. Several Database objects (or processes)
-    may append to the same directory, but each only sees what was there when it was opened plus
-    its own commits.
+    may append to the same directory (see Concurrency in the module docstring), but each only
+    sees what was there when it was opened plus its own commits.
 
     >>> import tempfile
     >>> from tensorsearch import workloads
@@ -289,24 +482,29 @@ class Database:
         self.dir = self.work_dir / "database"
         self.dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
+        hang = os.environ.get(TEST_HANG_ENV)
         self._workload_file = _JsonLines(self.dir / "workloads.jsonl")
-        self._record_file = _JsonLines(self.dir / "tuning_records.jsonl")
+        self._record_file = _JsonLines(self.dir / "tuning_records.jsonl", int(hang) if hang else None)
         self._workload_text: dict[str, str] = {}
         self._workload_name: dict[str, str] = {}
         self._funcs: dict[str, PrimFunc] = {}
         self._records: dict[tuple[str, str], list[TuningRecord]] = {}
         self._candidates: dict[tuple[str, str], set[str]] = {}
-        for number, obj in self._workload_file.read():
+        for number, obj, salvaged in self._workload_file.read():
             try:
                 key, name, text = str(obj["key"]), str(obj.get("name", "")), str(obj["script"])
             except KeyError as e:
+                if salvaged:  # what looked like a whole line at a damaged one's end is not one
+                    continue
                 raise DatabaseError(f"{self._workload_file.path}: line {number} lacks {e.args[0]!r}") from None
             self._workload_text.setdefault(key, text)
             self._workload_name.setdefault(key, name)
-        for number, obj in self._record_file.read():
+        for number, obj, salvaged in self._record_file.read():
             try:
                 record = TuningRecord.from_json(obj)
             except (ValueError, TypeError) as e:
+                if salvaged:
+                    continue
                 raise DatabaseError(f"{self._record_file.path}: line {number} is not a valid record ({e})") from None
             self._add(record)
 

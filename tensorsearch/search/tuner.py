@@ -218,18 +218,48 @@ def tune(
     records of other workloads measured on the same hardware, in the work dir's database and in
     the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
     files). Returns the best program found.
-    """
-    from .cost_model import CostModel
-    from .database import Database, TuningRecord, hardware_key
-    from .measure import Measurer, init_ray, ray_started
-    from .parallel import LocalEvaluator, RayEvaluator
 
+    The run holds ``work_dir`` (:mod:`.workdir`): while it goes, another ``tune`` on the same work
+    dir raises :class:`~.workdir.WorkDirBusy` (a TuneError) at once, naming this run's pid.
+    """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
     check_runs_here(hw, address)
+    from .workdir import hold_work_dir
+
+    with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it
+        return _tune(
+            func, workload, name, hw, trials, work_dir, seed, address, config, progress, workers, timeout_s, repeat,
+            transfer, transfer_from, t_start,
+        )  # fmt: skip
+
+
+def _tune(
+    func: PrimFunc,
+    workload: Workload | None,
+    name: str,
+    hw: Hardware,
+    trials: int,
+    work_dir: str | os.PathLike,
+    seed: int,
+    address: str | None,
+    config: SearchConfig | None,
+    progress: Callable[[Progress], None] | None,
+    workers: int | None,
+    timeout_s: float,
+    repeat: int,
+    transfer: bool,
+    transfer_from: Sequence[str | os.PathLike],
+    t_start: float,
+) -> TuneResult:
+    """:func:`tune`'s run, with the work dir held."""
+    from .database import TuningRecord, hardware_key
+    from .measure import Measurer, init_ray, ray_started
+    from .parallel import LocalEvaluator, RayEvaluator
+
     config = config or SearchConfig()
     db = Database(work_dir)
     wkey = db.commit_workload(func, name)
