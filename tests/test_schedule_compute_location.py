@@ -4,6 +4,7 @@ and the block analyses they share (tensorsearch.schedule.analysis)."""
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -12,7 +13,9 @@ from schedule_util import assert_program, check_same_results, check_trace_round_
 
 from tensorsearch import workloads
 from tensorsearch.arith import IntervalSet
+from tensorsearch.interpreter import interpret
 from tensorsearch.ir import IntImm, IterType
+from tensorsearch.runtime import build
 from tensorsearch.schedule import (
     DecisionError,
     InlineError,
@@ -445,6 +448,52 @@ def test_reverse_compute_at_outer_loop_and_errors():
         LoopStructureError,
         "cannot reverse_compute_at block D at loop i: all the producers of the block must be under the loop, but B is not",
     )
+
+
+def test_reverse_compute_at_refuses_a_consumer_reading_rows_later_iterations_write():
+    # found by tests/test_compiled_fuzz.py: a depthwise convolution reads a window of 3 rows of
+    # PadInput; moved under PadInput's row loop (one row per iteration) it was placed at its window's
+    # first row (v_hh_o = i1) and read two rows that later iterations write: wrong results, compiled
+    # or interpreted.  Now refused, and the schedule is unchanged.
+    wl = workloads.make("DEP", (1, 4, 4, 4, 3, 1, 1))
+    sch = Schedule(wl.func)
+    conv = sch.blockize(sch.get_loops(sch.get_block("depth_conv2d_nhwc"))[2])
+    i0, i1, _, _ = sch.get_loops(sch.get_block("PadInput"))
+    assert_fails(
+        sch,
+        lambda: sch.reverse_compute_at(conv, i1),
+        RegionCoverError,
+        r"cannot reverse_compute_at block depth_conv2d_nhwc_o at loop i1: under the loop the block would read "
+        r"PadInput\[i0, i1:i1 \+ 3, 0:6, 0:4\] but its producers write only PadInput\[i0, i1, 0:6, 0:4\] in an "
+        r"iteration \(region cover\): it may read only what they write in the same iteration",
+    )
+    # unblockized, no iterator is solved from the row PadInput[v_hh + v_rh]: the whole convolution
+    # would run in every iteration, reading rows not written yet (and racing were i1 parallel)
+    plain = Schedule(wl.func)
+    i1_plain = plain.get_loops(plain.get_block("PadInput"))[1]
+    conv_plain = plain.get_block("depth_conv2d_nhwc")
+    assert_fails(
+        plain,
+        lambda: plain.reverse_compute_at(conv_plain, i1_plain),
+        RegionCoverError,
+        r"cannot reverse_compute_at block depth_conv2d_nhwc at loop i1: under the loop the block would read "
+        r"PadInput\[i0, 0:6, 0:6, 0:4\] but its producers write only PadInput\[i0, i1, 0:6, 0:4\]",
+    )
+    # under the batch loop each iteration writes every row the convolution reads: accepted, and the
+    # fuzzer's later steps (parallel, a split with a predicate) compute the numpy reference, interpreted
+    # and compiled
+    sch.reverse_compute_at(conv, i0)
+    sch.parallel(i0)
+    _, hh = sch.get_loops(conv)
+    sch.split(hh, [None, 8])
+    check_trace_round_trip(sch, wl.func)
+    inputs = wl.make_inputs(np.random.default_rng(0))
+    expected = wl.reference(*inputs)
+    out = np.full(wl.outputs[0].shape, np.nan, wl.outputs[0].dtype)
+    wl.check(interpret(sch.func, *[a.copy() for a in inputs], out.copy())[len(inputs) :], expected)
+    args = [a.copy() for a in inputs] + [out.copy()]
+    build(sch.func)(*args)
+    wl.check(args[len(inputs) :], expected)
 
 
 # --- compute_inline ------------------------------------------------------------------------

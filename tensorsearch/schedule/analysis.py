@@ -74,6 +74,7 @@ __all__ = [
     "producers_of",
     "region_covers",
     "relax_region",
+    "show_sets",
     "unbind_region",
     "writers_of",
 ]
@@ -407,12 +408,13 @@ def _cover_reason(
     names = ", ".join(p.block.name for p, _ in producers)
     where = f"under loop {lca.loop_var.name}" if lca is not None else "in the scope"
     return (
-        f"block {consumer.block.name} reads {_show_sets(buf, consumed)} but its producer(s) {names} "
-        f"write only {_show_sets(buf, produced)} {where} (region cover)"
+        f"block {consumer.block.name} reads {show_sets(buf, consumed)} but its producer(s) {names} "
+        f"write only {show_sets(buf, produced)} {where} (region cover)"
     )
 
 
-def _show_sets(buf: Buffer, sets: list[IntervalSet]) -> str:
+def show_sets(buf: Buffer, sets: list[IntervalSet]) -> str:
+    """``B[i, 0:16]``: the region of ``buf`` the per-dimension inclusive interval sets span."""
     parts = []
     for s in sets:
         if s.is_single_point:

@@ -55,7 +55,9 @@ from .analysis import (
     loop_domains,
     loop_iter_type,
     producers_of,
+    region_covers,
     relax_region,
+    show_sets,
     unbind_region,
 )
 from .errors import (
@@ -255,6 +257,42 @@ def _block_var_domains(
     return out
 
 
+def _check_reads_written(
+    realize: BlockRealize,
+    loop_vars: list[tuple[Var, PrimExpr]],
+    written: dict[Buffer, list[list[IntervalSet]]],
+    env: dict[Var, Range],
+    lname: str,
+) -> None:
+    """reverse_compute_at: the moved block reads under the loop only what its producers write in the
+    same iteration (region cover), else a RegionCoverError.
+
+    The domain of the block is solved to cover what the producers write in one iteration, which is
+    all compute_at needs (its block writes).  A consumer must also read nothing more: a window (a
+    convolution's PadInput[v:v + 3] when the loop writes one row) or a dimension no iterator solves
+    would read rows that later iterations write.
+    """
+    block = realize.block
+    relax = {ax: Range(IntImm(ax.dtype, 0), extent) for ax, extent in loop_vars}
+    for read in block.reads:
+        regions = written.get(read.buffer)
+        if not regions:
+            continue
+        produced = regions[0]
+        for other in regions[1:]:
+            produced = [set_union([x, y], env) for x, y in zip(produced, other, strict=True)]
+        consumed = relax_region(unbind_region(read, realize), relax)
+        if not region_covers(produced, consumed, read.buffer, env):
+            raise RegionCoverError(
+                f"cannot reverse_compute_at block {block.name} at loop {lname}: under the loop the block would "
+                f"read {show_sets(read.buffer, consumed)} but its producers write only "
+                f"{show_sets(read.buffer, produced)} in an iteration (region cover): it may read only what they "
+                "write in the same iteration",
+                block=block.name,
+                loop=lname,
+            )
+
+
 def _compute_at_func(
     func: PrimFunc,
     loc: Located,
@@ -412,6 +450,8 @@ def _compute_at_func(
                     predicates.append(simplify(cond, full))
     predicate = simplify(logical_and(*predicates)) if predicates else TRUE
     nest: Stmt = BlockRealize(tuple(bindings), predicate, block)
+    if not is_compute_at:
+        _check_reads_written(nest, loop_vars, required, env, lname)
     for ax, extent in reversed(loop_vars):
         nest = For(ax, IntImm(ax.dtype, 0), extent, ForKind.SERIAL, nest)
     new_loop = dc_replace(loop, body=seq(*subtrees[:position], nest, *subtrees[position:]))
@@ -717,7 +757,11 @@ class ComputeLocationPrimitives(ScheduleState):
 
         The block's loops are regenerated to cover the region its producers write under
         ``loop``.  Requirements as for ``compute_at``, with all producers (instead of consumers)
-        under the loop; output blocks may move.
+        under the loop; output blocks may move.  The block may read under the loop only what its
+        producers write in the same iteration (region cover, so the scope stays a stage
+        pipeline): a block reading a window across iterations, such as a convolution under the
+        row loop of its padding stage, is refused with a RegionCoverError rather than placed
+        where it would read rows that later iterations write.
 
         Before::
 
