@@ -34,6 +34,7 @@ from typing import Any
 
 from ..ir import PrimFunc
 from ..runtime import Module, build
+from ..runtime.verify import verify_hardware
 from ..schedule import Schedule, Trace
 from ..target import Hardware, load
 from ..workloads import Workload
@@ -198,6 +199,7 @@ def tune(
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
     _check_runs_here(hw, address)
+    verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
     config = config or SearchConfig()
     db = Database(work_dir)
     wkey = db.commit_workload(func, name)
