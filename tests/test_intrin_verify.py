@@ -15,6 +15,7 @@ import dataclasses
 import json
 import re
 import warnings
+from pathlib import Path
 
 import llvmlite.binding as llvm
 import numpy as np
@@ -501,3 +502,12 @@ def test_tune_refuses_a_wrong_intrinsic_before_any_candidate(tmp_path):
     with pytest.raises(IntrinsicVerifyError, match=_refusal(path, "avx2_dot_8x2_i16i16i32")):
         ts.tune(_gemv(transposed=True), hw, trials=4, work_dir=work, workers=0)
     assert not work.exists()  # nothing was built, measured or recorded
+
+
+def test_the_unit_docs_show_is_the_one_verified_here():
+    docs = Path(__file__).resolve().parent.parent / "docs" / "hardware-yaml.md"
+    if not docs.is_file():
+        pytest.skip("no docs/ beside the tests (an installed package)")
+    text = docs.read_text()
+    start = text.index("```yaml\nname: avx2-pmaddwd\n") + len("```yaml\n")
+    assert text[start : text.index("```", start)] == CORRECT["pmaddwd"]("avx2-pmaddwd")
