@@ -7,8 +7,10 @@ skipped with a reason when nvcc is not installed.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import warnings
 
 import pytest
 from schedule_util import check_trace_round_trip
@@ -105,6 +107,25 @@ def test_wmma_gemm_compiles_to_wmma_ptx(tmp_path, shared):
         assert src.index("__syncthreads();") < src.index("fill_fragment(")
     ptx = _ptx(tmp_path, src)
     assert "wmma.mma" in ptx and "wmma.load.a" in ptx and "wmma.load.b" in ptx and "wmma.store.d" in ptx
+
+
+def test_generated_units_say_they_were_not_verified(monkeypatch):
+    """tensorsearch runs no CUDA code, so no unit intrinsic is ever run against its semantics:
+    generating one warns IntrinsicNotVerified for each of its intrinsics, once per process."""
+    from tensorsearch.target import IntrinsicNotVerified, intrinsics
+
+    monkeypatch.setattr(intrinsics, "_WARNED_NOT_VERIFIED", set())
+    func = _wmma_gemm().func
+    with pytest.warns(IntrinsicNotVerified) as record:
+        cuda.generate(func, "nvidia-sm86")
+    messages = sorted(str(w.message) for w in record if issubclass(w.category, IntrinsicNotVerified))
+    unit = SM86.intrinsic_sets[0].unit("wmma_16x16x16_f16f32")
+    assert len(messages) == len(unit.members) == 5
+    for name, text in zip(sorted(unit.members), messages, strict=True):
+        assert re.fullmatch(rf".*/cuda-wmma-f16\.yaml: {name} not verified: .*CUDA.*", text), text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", IntrinsicNotVerified)
+        cuda.generate(func, "nvidia-sm86")
 
 
 def test_annotated_unit_matches_tensorized_unit():

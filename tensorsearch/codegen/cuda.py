@@ -77,7 +77,7 @@ from ..lower import flatten_buffers, lower_blocks, lower_init, simplify
 from ..lower.common import LoweringError
 from ..schedule.units import MEMORY_SCOPES, UNIT_ATTR, UnitError, const_value, find_unit, unit_statement
 from ..target import Hardware, Intrinsic, resolve
-from ..target.intrinsics import CudaImpl
+from ..target.intrinsics import CudaImpl, cuda_unverified_reason, warn_not_verified
 
 __all__ = [
     "GPU_PIPELINE",
@@ -127,6 +127,8 @@ def lower_units(func: PrimFunc, target: Hardware) -> PrimFunc:
                     body = unit_statement(s, unit, iset)
                 except UnitError as err:
                     raise CudaCodegenError(str(err)) from None
+                for member in unit.members:  # never run against their semantics: say so, once each
+                    warn_not_verified(iset[member], cuda_unverified_reason(), stacklevel=2)
                 rest = tuple((k, v) for k, v in s.annotations if k != UNIT_ATTR)
                 return replace(s, body=body, init=None, annotations=rest)
         return None

@@ -468,19 +468,36 @@ def lower_for_codegen(func: PrimFunc) -> PrimFunc:
 
 
 def build(
-    func: PrimFunc, target: Hardware | str | os.PathLike | None = None, name: str | None = None, jit: bool = True
+    func: PrimFunc,
+    target: Hardware | str | os.PathLike | None = None,
+    name: str | None = None,
+    jit: bool = True,
+    *,
+    verify_intrinsics: bool = True,
 ) -> Module:
     """Lower, generate LLVM IR, optimize at O3 for ``target`` and JIT-compile (when it runs here).
 
     ``target``: None (the host), a hardware descriptor name or path, or a
     :class:`~tensorsearch.target.Hardware`. ``jit=False`` skips the JIT (the module can
     still ``save`` and ``save_object``; calling it raises), for a builder that only writes files.
+
+    Before compiling, every tensor intrinsic the program calls is verified against its semantics
+    (:mod:`tensorsearch.runtime.verify`, cached): one that computes something else raises
+    :class:`~tensorsearch.runtime.verify.IntrinsicVerifyError` naming its file, and one this
+    machine cannot run is warned about (``IntrinsicNotVerified``). ``verify_intrinsics=False``
+    skips that (the verification's own build does).
     """
     if not isinstance(func, PrimFunc):
         raise TypeError(f"build needs a PrimFunc, got {type(func).__name__}")
     t0 = _time.perf_counter()
     tgt = resolve(target)
     lowered = lower_for_codegen(func)
+    if verify_intrinsics:
+        from .verify import verify_calls  # verify builds programs with this function
+
+        t1 = _time.perf_counter()
+        verify_calls(lowered, tgt, stacklevel=3)
+        t0 += _time.perf_counter() - t1  # a one-time check, not this program's build time
     if name is None:
         name = str(func.attr_dict.get("global_symbol", "main"))
     return Module(func, lowered, tgt, name, _time.perf_counter() - t0, jit=jit)

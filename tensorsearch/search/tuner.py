@@ -58,6 +58,7 @@ from ..ir import (
 from ..ir.expr import Node
 from ..ir.functor import children
 from ..runtime import Module, build
+from ..runtime.verify import verify_hardware
 from ..schedule import Schedule, Trace
 from ..target import Hardware, load
 from ..workloads import Workload
@@ -228,6 +229,7 @@ def tune(
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
     check_runs_here(hw, address)
+    verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
     from .workdir import hold_work_dir
 
     with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it

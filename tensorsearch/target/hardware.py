@@ -84,6 +84,7 @@ __all__ = [
     "arch_of",
     "host_triple",
     "load",
+    "native",
     "parse",
     "resolve",
 ]
@@ -655,6 +656,16 @@ def host() -> Hardware:
     if hw.source is None:
         warnings.warn(f"hardware 'host': {hw.note}", HardwareWarning, stacklevel=2)
     return hw
+
+
+@functools.cache
+def native() -> Hardware:
+    """The running CPU exactly as LLVM reports it (its name and every feature it has), offering no
+    intrinsic sets and issuing no warning: the target for code that only has to run on this machine,
+    such as an intrinsic's verification (``tensorsearch.runtime.verify``)."""
+    triple, cpu, features = _host_info()
+    hw = _derive_host(triple, cpu, features, [])
+    return dataclasses.replace(hw, intrinsic_sets=(), note=f"the running CPU ({cpu}) as LLVM reports it")
 
 
 def _select_host(triple: str, cpu: str, features: frozenset[str]) -> Hardware:

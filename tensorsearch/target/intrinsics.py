@@ -18,6 +18,7 @@ LLVM call an implementation declares is checked against LLVM's own declaration o
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import hashlib
@@ -25,6 +26,7 @@ import keyword
 import os
 import re
 import string
+import warnings
 from collections.abc import Callable, Mapping
 from collections.abc import Iterator as _It
 from dataclasses import dataclass, field, replace
@@ -55,6 +57,7 @@ __all__ = [
     "CudaImpl",
     "Intrinsic",
     "IntrinsicError",
+    "IntrinsicNotVerified",
     "IntrinsicSet",
     "Iterator",
     "LLVMArg",
@@ -63,15 +66,46 @@ __all__ = [
     "Requirements",
     "Unit",
     "available",
+    "cuda_unverified_reason",
     "find",
     "load_intrinsic",
+    "loaded_with_call",
     "parse_set",
     "resolve_sets",
+    "warn_not_verified",
 ]
 
 
 class IntrinsicError(HardwareError):
     """A malformed intrinsic file, or an intrinsic set a hardware descriptor cannot offer."""
+
+
+class IntrinsicNotVerified(UserWarning):
+    """An intrinsic reaches code generation without its implementation having been run against its
+    semantics (``tensorsearch.runtime.verify``): this machine cannot run it. Issued once per
+    intrinsic per process by :func:`warn_not_verified`."""
+
+
+_WARNED_NOT_VERIFIED: set[tuple[str, str, str]] = set()
+
+
+def warn_not_verified(intr: Intrinsic, reason: str, stacklevel: int = 3) -> bool:
+    """Warn (:class:`IntrinsicNotVerified`) ``"FILE: NAME not verified: REASON"`` unless this
+    process already warned about this intrinsic (same file, name and definition); whether it warned."""
+    key = (str(intr.source), intr.name, intr.digest)
+    if key in _WARNED_NOT_VERIFIED:
+        return False
+    _WARNED_NOT_VERIFIED.add(key)
+    where = intr.source or f"intrinsic set {intr.set_name}"
+    warnings.warn(IntrinsicNotVerified(f"{where}: {intr.name} not verified: {reason}"), stacklevel=stacklevel)
+    return True
+
+
+def cuda_unverified_reason() -> str:
+    """Why a CUDA intrinsic is not verified here (tensorsearch generates CUDA C but runs none)."""
+    if os.path.exists("/dev/nvidiactl"):
+        return "tensorsearch does not run CUDA code (it only generates CUDA C), so the GPU here was not used"
+    return "this machine has no GPU to run CUDA code on (and tensorsearch only generates CUDA C, it runs none)"
 
 
 ROLES = ("input", "output", "accumulator")
@@ -1069,7 +1103,20 @@ def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
         )
         for intr in intrinsics.values()
     )
+    for intr in final:
+        if isinstance(intr.impl, LLVMImpl):
+            _LOADED[intr.impl.intrinsic][(str(source), intr.name)] = intr
     return IntrinsicSet(f["name"], target, requires, final, tuple(units), f.get("description", ""), source)
+
+
+# LLVM intrinsic name -> (file, intrinsic name) -> the last definition loaded in this process
+_LOADED: collections.defaultdict[str, dict[tuple[str, str], Intrinsic]] = collections.defaultdict(dict)
+
+
+def loaded_with_call(llvm_name: str) -> list[Intrinsic]:
+    """The intrinsics loaded in this process (the last definition of each file and name) whose
+    implementation is a call of ``llvm_name``."""
+    return list(_LOADED.get(llvm_name, {}).values())
 
 
 # --------------------------------------------------------------------------------------------
