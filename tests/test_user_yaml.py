@@ -4,7 +4,9 @@ no environment variable and no Python change, and the tuned kernels contain the 
 
 The int16 unit is AVX2's ``vpmaddwd`` (``llvm.x86.avx2.pmadd.wd``: 16 int16 pairs multiplied and
 summed pairwise into 8 int32 lanes); it does not accumulate, so the file says ``accumulate: true``.
-It runs on every x86-64 CPU with AVX2, this one included.
+The bfloat16 unit multiplies bfloat16 operands into float32 lanes with one FMA (``llvm.fma.v8f32``
+after a ``cast`` step: a product of two bfloat16 values is exact in float32). Both run on every
+x86-64 CPU with AVX2 and FMA, this one included.
 """
 
 from __future__ import annotations
@@ -60,6 +62,33 @@ intrinsics:
       accumulate: true
 """
 
+BF16_YAML = """\
+name: my-fma-bf16
+target: llvm
+description: bfloat16 x bfloat16 -> float32 multiply-accumulate on AVX2 FMA (vfmadd, 256-bit)
+requires:
+  arch: [x86_64]
+  features: [+avx2, +fma]
+intrinsics:
+  - name: fma_bf16_8x1_f32
+    operands:
+      - {name: A, shape: [1], dtype: bfloat16, role: input}
+      - {name: B, shape: [1, 8], dtype: bfloat16, role: input, contiguous: true}
+      - {name: C, shape: [8], dtype: float32, role: accumulator, contiguous: true}
+    iterators:
+      - {name: i, kind: spatial, extent: 8}
+      - {name: k, kind: reduce, extent: 1}
+    semantics: C[i] += cast(float32, A[k]) * cast(float32, B[k, i])
+    llvm:
+      intrinsic: llvm.fma.v8f32
+      args:
+        - {operand: A, load: bfloat16, then: [cast: float32, broadcast: 8]}
+        - {operand: B, load: bfloat16x8, then: [cast: float32x8]}
+        - {operand: C, load: float32x8}
+      returns: float32x8
+      store: C
+"""
+
 HARDWARE_YAML = """\
 name: my-avx2-cpu
 kind: cpu
@@ -69,7 +98,7 @@ features: [+avx2, +fma]
 cores: {cores}
 vector_bits: 256
 caches: {{l1d: 32 KiB, l2: 512 KiB, l3: 16 MiB}}
-intrinsics: [my-avx2-int16]
+intrinsics: [my-avx2-int16, my-fma-bf16]
 description: any AVX2 machine, with the user's own int16 dot unit
 """
 
@@ -80,6 +109,7 @@ def _user_folder(tmp_path):
     folder = tmp_path / "my-target"
     folder.mkdir()
     (folder / "my-avx2-int16.yaml").write_text(INT16_YAML)
+    (folder / "my-fma-bf16.yaml").write_text(BF16_YAML)
     (folder / "my-avx2-cpu.yaml").write_text(HARDWARE_YAML.format(cores=os.cpu_count() or 1))
     return folder
 
@@ -108,14 +138,15 @@ def _needs_avx2():
 def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORSEARCH_INTRINSICS_PATH", raising=False)
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
-    assert [i.name for i in hw.intrinsics] == ["pmaddwd_dot_8x2_i16i16i32"]
+    assert [i.name for i in hw.intrinsics] == ["pmaddwd_dot_8x2_i16i16i32", "fma_bf16_8x1_f32"]
     assert hw.intrinsics[0].source.endswith("my-target/my-avx2-int16.yaml")
+    assert hw.intrinsics[1].source.endswith("my-target/my-fma-bf16.yaml")
 
 
 def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
-    (dot,) = hw.intrinsics
+    dot = hw.intrinsic("pmaddwd_dot_8x2_i16i16i32")
     func = _int16_gemm()
     report = match(func, "C", dot)
     assert report.feasible, str(report)
@@ -135,6 +166,7 @@ def test_int16_unit_is_auto_tuned(tmp_path, ray_session):
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
     result = tune(_int16_gemm(), hw, 16, tmp_path / "work", workers=0, config=SMALL)
     assert "vpmaddwd" in result.module.assembly, textwrap.shorten(result.trace.as_python(), 400)
+    assert any(i.kind.name == "tensorize" for i in result.trace.insts), "the tuned kernel uses the unit"
     a, b, want = _inputs(7)
     c = np.zeros((M, N), np.int32)
     result.module(a, b, c)
@@ -186,3 +218,54 @@ def test_a_trace_replayed_against_a_changed_definition_is_refused(tmp_path):
         match=r"the trace's intrinsic vnni_dot_16x4_u8i8i32 .* differs from the one hardware my-zen4 offers .*edited/x86-avx512-vnni.yaml",
     ):
         trace.apply(Schedule(wl.func, hardware=_edited_vnni_folder(tmp_path)))
+
+
+def _bf16_gemm():
+    a = te.placeholder((M, K), "bfloat16", name="A")
+    b = te.placeholder((K, N), "bfloat16", name="B")
+    k = te.reduce_axis((0, K), name="k")
+    c = te.compute(
+        (M, N), lambda i, j: te.sum(te.cast(a[i, k], "float32") * te.cast(b[k, j], "float32"), axis=k), name="C"
+    )
+    return te.create_prim_func([a, b, c])
+
+
+def _bf16_inputs(seed: int):
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    b = rng.standard_normal((K, N)).astype(ml_dtypes.bfloat16)
+    exact = a.astype(np.float64) @ b.astype(np.float64)
+    scale = np.abs(a.astype(np.float64)) @ np.abs(b.astype(np.float64))  # sum of |terms| per output
+    return a, b, exact, scale
+
+
+def _check_bf16(mod, seed: int) -> None:
+    a, b, exact, scale = _bf16_inputs(seed)
+    c = np.zeros((M, N), np.float32)
+    mod(a, b, c)
+    # float32 accumulation of exact products: each output within K roundings of its terms' magnitude
+    assert np.all(np.abs(c - exact) <= K * np.finfo(np.float32).eps * scale), f"inputs from seed {seed}"
+
+
+def test_bf16_unit_is_matched_tensorized_built_and_accurate(tmp_path):
+    _needs_avx2()
+    hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
+    fma = hw.intrinsic("fma_bf16_8x1_f32")
+    func = _bf16_gemm()
+    assert match(func, "C", fma).feasible
+    sch = Schedule(func, hardware=hw)
+    sch.tensorize(tile_with_intrin(sch, sch.get_block("C"), fma), fma.name)
+    mod = build(sch.func, hw)
+    assert "vfmadd" in mod.assembly
+    _check_bf16(mod, int.from_bytes(os.urandom(4), "little"))
+
+
+def test_bf16_unit_is_auto_tuned(tmp_path, ray_session):
+    _needs_avx2()
+    hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
+    result = tune(_bf16_gemm(), hw, 16, tmp_path / "work", workers=0, config=SMALL)
+    assert "vfmadd" in result.module.assembly
+    assert any(i.kind.name == "tensorize" for i in result.trace.insts), "the tuned kernel uses the unit"
+    _check_bf16(result.module, 11)
