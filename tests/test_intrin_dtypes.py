@@ -16,6 +16,7 @@ import sys
 import ml_dtypes
 import numpy as np
 import pytest
+from user_units import FMA_BF16
 
 import tensorsearch
 from tensorsearch import hardware
@@ -81,37 +82,6 @@ intrinsics:
         - {operand: B, load: float16x16}
         - {operand: A, load: float16x16}
       returns: float16x16
-      store: C
-"""
-
-# A bfloat16 unit that runs on AVX2: C[8] (float32) += A (one bfloat16, broadcast) * B[1, 8]
-# (bfloat16); bfloat16 values are float32 in registers, so `cast: float32x8` costs nothing, and
-# a product of two bfloat16 values is exact in float32, so one fused multiply-add rounds as the
-# semantics' multiply-then-add does.
-FMA_BF16 = """\
-name: x86-fma-bf16
-target: llvm
-description: bfloat16 x bfloat16 -> float32 multiply-accumulate on AVX2 FMA (vfmadd, 256-bit)
-requires:
-  arch: [x86_64]
-  features: [+avx2, +fma]
-intrinsics:
-  - name: fma_bf16_8x1_f32
-    operands:
-      - {name: A, shape: [1], dtype: bfloat16, role: input}
-      - {name: B, shape: [1, 8], dtype: bfloat16, role: input, contiguous: true}
-      - {name: C, shape: [8], dtype: float32, role: accumulator, contiguous: true}
-    iterators:
-      - {name: i, kind: spatial, extent: 8}
-      - {name: k, kind: reduce, extent: 1}
-    semantics: C[i] += cast(float32, A[k]) * cast(float32, B[k, i])
-    llvm:
-      intrinsic: llvm.fma.v8f32
-      args:
-        - {operand: A, load: bfloat16, then: [cast: float32, broadcast: 8]}
-        - {operand: B, load: bfloat16x8, then: [cast: float32x8]}
-        - {operand: C, load: float32x8}
-      returns: float32x8
       store: C
 """
 

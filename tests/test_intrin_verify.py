@@ -20,6 +20,7 @@ from pathlib import Path
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+from user_units import DOT, PMADDWD
 
 import tensorsearch as ts
 from tensorsearch import target, te
@@ -37,40 +38,6 @@ needs_avx2 = pytest.mark.skipif(
     reason="the user intrinsics of these tests are AVX2 instructions",
 )
 
-# The int16 dot unit docs/hardware-yaml.md shows: C[8] (int32) += A[2] (int16, the same pair for
-# every lane) . B[8, 2] (int16). vpmaddwd multiplies pairs and adds each pair's products; it does
-# not accumulate, so the llvm section says accumulate: true (the stored value is C + the result).
-PMADDWD = """\
-name: {name}
-target: llvm
-description: AVX2 int16 dot products (vpmaddwd ymm), accumulated with one vpaddd
-requires:
-  arch: [x86_64]
-  features: [+avx2]
-intrinsics:
-  - name: avx2_dot_8x2_i16i16i32
-    description: >-
-      8 int32 lanes, each += the dot product of A's 2 int16 with its row of 2 int16 of B
-      (vpmaddwd multiplies pairs and adds them; a vpaddd adds the sums to C).
-    operands:
-      - {{name: A, shape: [2], dtype: int16, role: input, contiguous: true}}
-      - {{name: B, shape: {b_shape}, dtype: int16, role: input, contiguous: true}}
-      - {{name: C, shape: [8], dtype: {c_dtype}, role: accumulator, contiguous: true, alignment: 32}}
-    iterators:
-      - {{name: i, kind: spatial, extent: 8}}
-      - {{name: k, kind: reduce, extent: 2}}
-    semantics: {semantics}
-    llvm:
-      intrinsic: llvm.x86.avx2.pmadd.wd
-      args:
-        # A's 2 int16 as one int32, broadcast to 8 lanes, seen again as 16 int16
-        - {{operand: A, load: int16x2, then: [reinterpret: int32, broadcast: 8, reinterpret: int16x16]}}
-        - {{operand: B, load: int16x16}}
-      returns: int32x8
-      store: C
-      accumulate: true
-"""
-DOT = "C[i] += cast(int32, A[k]) * cast(int32, B[i, k])"
 
 # vpsignw: C[i] = A[i] negated, zeroed or kept as B[i] is negative, zero or positive
 PSIGN = """\

@@ -16,6 +16,7 @@ import textwrap
 
 import numpy as np
 import pytest
+from user_units import FMA_BF16, pmaddwd
 
 from tensorsearch import te
 from tensorsearch.runtime import build
@@ -34,61 +35,6 @@ def ray_session():
     yield
 
 
-INT16_YAML = """\
-name: my-avx2-int16
-target: llvm
-description: AVX2 int16 dot products (vpmaddwd), accumulated with an add
-requires:
-  arch: [x86_64]
-  features: [+avx2]
-intrinsics:
-  - name: pmaddwd_dot_8x2_i16i16i32
-    operands:
-      - {name: A, shape: [2], dtype: int16, role: input, contiguous: true}
-      - {name: B, shape: [8, 2], dtype: int16, role: input, contiguous: true}
-      - {name: C, shape: [8], dtype: int32, role: accumulator, contiguous: true}
-    iterators:
-      - {name: i, kind: spatial, extent: 8}
-      - {name: k, kind: reduce, extent: 2}
-    semantics: C[i] += cast(int32, A[k]) * cast(int32, B[i, k])
-    llvm:
-      intrinsic: llvm.x86.avx2.pmadd.wd
-      args:
-        # A's two int16 as one int32, broadcast to 8 lanes, seen again as 16 int16
-        - {operand: A, load: int16x2, then: [reinterpret: int32, broadcast: 8, reinterpret: int16x16]}
-        - {operand: B, load: int16x16}
-      returns: int32x8
-      store: C
-      accumulate: true
-"""
-
-BF16_YAML = """\
-name: my-fma-bf16
-target: llvm
-description: bfloat16 x bfloat16 -> float32 multiply-accumulate on AVX2 FMA (vfmadd, 256-bit)
-requires:
-  arch: [x86_64]
-  features: [+avx2, +fma]
-intrinsics:
-  - name: fma_bf16_8x1_f32
-    operands:
-      - {name: A, shape: [1], dtype: bfloat16, role: input}
-      - {name: B, shape: [1, 8], dtype: bfloat16, role: input, contiguous: true}
-      - {name: C, shape: [8], dtype: float32, role: accumulator, contiguous: true}
-    iterators:
-      - {name: i, kind: spatial, extent: 8}
-      - {name: k, kind: reduce, extent: 1}
-    semantics: C[i] += cast(float32, A[k]) * cast(float32, B[k, i])
-    llvm:
-      intrinsic: llvm.fma.v8f32
-      args:
-        - {operand: A, load: bfloat16, then: [cast: float32, broadcast: 8]}
-        - {operand: B, load: bfloat16x8, then: [cast: float32x8]}
-        - {operand: C, load: float32x8}
-      returns: float32x8
-      store: C
-"""
-
 HARDWARE_YAML = """\
 name: my-avx2-cpu
 kind: cpu
@@ -98,7 +44,7 @@ features: [+avx2, +fma]
 cores: {cores}
 vector_bits: 256
 caches: {{l1d: 32 KiB, l2: 512 KiB, l3: 16 MiB}}
-intrinsics: [my-avx2-int16, my-fma-bf16]
+intrinsics: [my-avx2-pmaddwd, x86-fma-bf16]
 description: any AVX2 machine, with the user's own int16 dot unit
 """
 
@@ -108,8 +54,8 @@ M, N, K = 16, 32, 64
 def _user_folder(tmp_path):
     folder = tmp_path / "my-target"
     folder.mkdir()
-    (folder / "my-avx2-int16.yaml").write_text(INT16_YAML)
-    (folder / "my-fma-bf16.yaml").write_text(BF16_YAML)
+    (folder / "my-avx2-pmaddwd.yaml").write_text(pmaddwd("my-avx2-pmaddwd"))
+    (folder / "x86-fma-bf16.yaml").write_text(FMA_BF16)
     (folder / "my-avx2-cpu.yaml").write_text(HARDWARE_YAML.format(cores=os.cpu_count() or 1))
     return folder
 
@@ -138,15 +84,15 @@ def _needs_avx2():
 def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORSEARCH_INTRINSICS_PATH", raising=False)
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
-    assert [i.name for i in hw.intrinsics] == ["pmaddwd_dot_8x2_i16i16i32", "fma_bf16_8x1_f32"]
-    assert hw.intrinsics[0].source.endswith("my-target/my-avx2-int16.yaml")
-    assert hw.intrinsics[1].source.endswith("my-target/my-fma-bf16.yaml")
+    assert [i.name for i in hw.intrinsics] == ["avx2_dot_8x2_i16i16i32", "fma_bf16_8x1_f32"]
+    assert hw.intrinsics[0].source.endswith("my-target/my-avx2-pmaddwd.yaml")
+    assert hw.intrinsics[1].source.endswith("my-target/x86-fma-bf16.yaml")
 
 
 def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
-    dot = hw.intrinsic("pmaddwd_dot_8x2_i16i16i32")
+    dot = hw.intrinsic("avx2_dot_8x2_i16i16i32")
     func = _int16_gemm()
     report = match(func, "C", dot)
     assert report.feasible, str(report)
