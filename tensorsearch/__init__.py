@@ -20,6 +20,7 @@ _SUBMODULES = (
     "arith",
     "cli",
     "codegen",
+    "graph",
     "hardware",
     "interpreter",
     "intrin",
