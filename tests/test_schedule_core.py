@@ -180,7 +180,7 @@ def test_cli_show_with_trace(tmp_path, capsys):
     assert "after the 1 instructions of" in capsys.readouterr().out
     path.write_text('[["get_block", {"name": "nope"}, ["b0"], null]]')
     assert main(["show", "GMM", "--trace", str(path)]) == 2
-    assert "does not apply to GMM: no block named nope" in capsys.readouterr().err
+    assert "does not apply to GMM[0] float32 args=(1, 128, 128, 128): no block named nope" in capsys.readouterr().err
     assert main(["show", "GMM", "--trace", str(tmp_path / "missing.json")]) == 2
     assert "cannot read trace file" in capsys.readouterr().err
 
