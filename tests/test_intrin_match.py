@@ -350,3 +350,23 @@ def test_cli_match(capsys):
     assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in capsys.readouterr().out
     assert main(["match", "GMM", "--hardware", "x86-emeraldrapids", "--block", "nope"]) == 2
     assert "has no block 'nope'" in capsys.readouterr().err
+
+
+def test_a_one_row_tile_is_dense_in_a_wider_buffer(tmp_path):
+    """The bfloat16 FMA unit reads B as a [1, 8] tile: one row, dense in a plain [K, N] weight
+    whatever N is, so the mapping uses B in place (no packing copy)."""
+    from user_units import FMA_BF16
+
+    from tensorsearch import te
+    from tensorsearch.intrin import load_intrinsic, match
+
+    (tmp_path / "x86-fma-bf16.yaml").write_text(FMA_BF16)
+    fma = load_intrinsic(tmp_path / "x86-fma-bf16.yaml")["fma_bf16_8x1_f32"]
+    a = te.placeholder((16, 64), "bfloat16", name="A")
+    b = te.placeholder((64, 32), "bfloat16", name="B")
+    k = te.reduce_axis((0, 64), name="k")
+    c = te.compute((16, 32), lambda i, j: te.sum(te.cast(a[i, k], "float32") * te.cast(b[k, j], "float32"), axis=k))
+    report = match(te.create_prim_func([a, b, c]), "compute", fma)
+    plan = {p.operand: p for p in report.feasible[0].operands}
+    assert plan["B"].in_place, plan["B"].why
+    assert plan["B"].why == "each [1, 8] tile is a dense block of dims [0, 1] of B"

@@ -29,6 +29,7 @@ infeasible candidate carries its reason. ``str(report)`` is the printed explanat
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -834,7 +835,7 @@ def _operand_plan(
                 f"(shape {shape}) the tile's dimensions fall on {rows}: its rows are strided, not dense"
             )
         for d in range(1, r):
-            if eff[pos[d]] != o.shape[d]:
+            if eff[pos[d]] != o.shape[d] and math.prod(o.shape[:d]) > 1:  # one row is dense at any extent
                 return transform(
                     f"dimension {pos[d]} of {buf.name} has extent {eff[pos[d]]}, not the tile's {o.shape[d]}, "
                     f"so the {list(o.shape)} tile's rows are strided"
