@@ -606,7 +606,7 @@ def _derive_host(triple: str, cpu: str, features: frozenset[str], checked: list[
     if guessed:
         note += f" (guessed {', '.join(guessed)}: not reported)"
     name = f"host-{cpu}" if NAME_RE.match(f"host-{cpu}") else "host"
-    hw = Hardware(
+    return Hardware(
         name=name,
         kind="cpu",
         triple=triple,
@@ -619,7 +619,6 @@ def _derive_host(triple: str, cpu: str, features: frozenset[str], checked: list[
         source=None,
         note=note,
     )
-    return _with_runnable_sets(hw)
 
 
 def _with_runnable_sets(hw: Hardware) -> Hardware:
@@ -665,7 +664,7 @@ def native() -> Hardware:
     such as an intrinsic's verification (``tensorsearch.runtime.verify``)."""
     triple, cpu, features = _host_info()
     hw = _derive_host(triple, cpu, features, [])
-    return dataclasses.replace(hw, intrinsic_sets=(), note=f"the running CPU ({cpu}) as LLVM reports it")
+    return dataclasses.replace(hw, note=f"the running CPU ({cpu}) as LLVM reports it")
 
 
 def _select_host(triple: str, cpu: str, features: frozenset[str]) -> Hardware:
@@ -681,4 +680,4 @@ def _select_host(triple: str, cpu: str, features: frozenset[str]) -> Hardware:
             if cores != hw.cores:
                 hw = dataclasses.replace(hw, cores=cores, note=f"cores set to os.cpu_count() = {cores}")
             return hw
-    return _derive_host(triple, cpu, features, checked)
+    return _with_runnable_sets(_derive_host(triple, cpu, features, checked))
