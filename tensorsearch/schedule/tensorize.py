@@ -109,9 +109,7 @@ class IntrinsicRef:
 
 
 def _intrin_to_json(value: Any) -> Any:
-    if isinstance(value, Intrinsic):
-        return {"name": value.name, "set": value.set_name, "digest": value.digest}
-    if isinstance(value, IntrinsicRef):
+    if isinstance(value, Intrinsic | IntrinsicRef):
         return {"name": value.name, "set": value.set_name, "digest": value.digest}
     return value
 
