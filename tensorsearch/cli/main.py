@@ -9,7 +9,6 @@ import math
 import os
 import signal
 import sys
-import threading
 import warnings
 from pathlib import Path
 
@@ -228,12 +227,6 @@ def _tune_held(args: argparse.Namespace, prog: Program, hw, work_dir: Path) -> i
     from ..search.report import ProgressBar, final_summary, write_curve_csv, write_curve_png
 
     bar = ProgressBar(sys.stderr)
-
-    def progress(p) -> None:
-        if getattr(p, "stage", None) and threading.current_thread() is threading.main_thread():
-            catch_stop_signals()  # again: Ray installs a SIGTERM handler of its own when it starts
-        bar(p)
-
     try:
         result = search.tune(
             prog.workload or prog.func,
@@ -242,7 +235,7 @@ def _tune_held(args: argparse.Namespace, prog: Program, hw, work_dir: Path) -> i
             work_dir=work_dir,
             seed=args.seed,
             address=args.address,
-            progress=progress,
+            progress=bar,
             transfer_from=args.transfer,
         )
     except KeyboardInterrupt:
@@ -377,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def catch_stop_signals() -> None:
     """SIGTERM and SIGHUP end a command the way Ctrl-C does (KeyboardInterrupt: records kept, one
-    line, exit code 130). Call again after Ray starts: it installs a SIGTERM handler of its own."""
+    line, exit code 130); ``init_ray`` keeps these handlers when Ray starts."""
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, _interrupt)
 

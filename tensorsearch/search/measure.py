@@ -49,8 +49,10 @@ import logging
 import math
 import os
 import shutil
+import signal
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections import deque
@@ -100,13 +102,24 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
     """Connect to Ray once per process: a new embedded local cluster when ``address`` is None
     (without dashboard, quiet logging), else the cluster at ``address``. Later calls do nothing.
 
-    ``num_cpus`` limits the local cluster's CPUs (all of the machine's by default).
+    ``num_cpus`` limits the local cluster's CPUs (all of the machine's by default). A SIGTERM
+    handler the caller installed stays in place (Ray installs one of its own when it starts).
     """
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     import ray
 
     if ray.is_initialized():
         return
+    in_main = threading.current_thread() is threading.main_thread()
+    caller_handler = signal.getsignal(signal.SIGTERM) if in_main else None
+    _start_ray(address, num_cpus)
+    if callable(caller_handler):
+        signal.signal(signal.SIGTERM, caller_handler)
+
+
+def _start_ray(address: str | None, num_cpus: int | None) -> None:
+    import ray
+
     if address is None:
         ray.init(
             address="local",  # a new cluster, even when RAY_ADDRESS names one
