@@ -8,6 +8,7 @@
     eval_int_set(i * 4 + j, {j: Range(0, 4)})               # IntervalSet(i*4, i*4 + 3)
 """
 
+from .count import count_macs, count_ops
 from .int_set import NEG_INF, POS_INF, IntervalSet, eval_int_set, intersect, union
 from .iter_map import (
     IterMapResult,
@@ -39,6 +40,8 @@ __all__ = [
     "can_prove",
     "can_prove_equal",
     "const_int_bound",
+    "count_macs",
+    "count_ops",
     "detect_access_regions",
     "detect_iter_map",
     "eval_int_set",

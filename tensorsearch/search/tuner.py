@@ -32,31 +32,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..arith import count_ops
 from ..ir import (
-    Add,
-    Block,
-    BufferLoad,
-    BufferStore,
-    Call,
-    Div,
-    FloatImm,
-    FloorDiv,
-    FloorMod,
-    For,
-    IntImm,
-    Max,
-    Min,
-    Mod,
-    Mul,
-    PrimExpr,
     PrimFunc,
-    Select,
-    Stmt,
-    Sub,
-    Var,
 )
-from ..ir.expr import Node
-from ..ir.functor import children
 from ..runtime import Module, build
 from ..runtime.verify import verify_hardware
 from ..schedule import Schedule, Trace
@@ -142,50 +121,6 @@ def _resolve(func_or_workload: PrimFunc | Workload) -> tuple[PrimFunc, Workload 
     raise TuneError(
         f"tune takes a workload (tensorsearch.workloads.get(...)) or a PrimFunc, not {type(func_or_workload).__name__}"
     )
-
-
-def count_ops(func: PrimFunc) -> int:
-    """Arithmetic operations on data in one run of an unscheduled program: for every store, the
-    arithmetic nodes of its value times the iterations of the loops around it. A multiply-add
-    counts 2; index arithmetic (``h + rh`` inside a load's indices), casts, the conditions and
-    choices of padding selects, and stores of constants (a reduction's init) count nothing.
-
-    >>> from tensorsearch import workloads
-    >>> wl = workloads.get("GMM", 0, "float32")  # 1 x 128 x 128 x 128
-    >>> count_ops(wl.func) == 2 * 128**3 == wl.flops
-    True
-    """
-    total = 0
-
-    def walk(node: Node, iters: int) -> None:
-        nonlocal total
-        if isinstance(node, For):
-            extent = node.extent.value if isinstance(node.extent, IntImm) else 1
-            walk(node.body, iters * extent)
-        elif isinstance(node, Block):
-            walk(node.body, iters)  # the init stores constants (or copies): nothing to count
-        elif isinstance(node, BufferStore):
-            total += iters * _data_ops(node.value)
-        elif isinstance(node, Stmt):
-            for child in children(node):
-                if isinstance(child, Stmt):
-                    walk(child, iters)
-
-    walk(func.body, 1)
-    return total
-
-
-_DATA_OPS = (Add, Sub, Mul, Div, Mod, FloorDiv, FloorMod, Min, Max)
-
-
-def _data_ops(value: PrimExpr) -> int:
-    """Arithmetic nodes of a stored value, not looking into load indices or select conditions."""
-    if isinstance(value, BufferLoad | IntImm | FloatImm | Var):
-        return 0
-    if isinstance(value, Select):
-        return max(_data_ops(value.true_value), _data_ops(value.false_value))
-    own = 1 if isinstance(value, _DATA_OPS) or (isinstance(value, Call) and value.op != "reinterpret") else 0
-    return own + sum(_data_ops(c) for c in children(value) if isinstance(c, PrimExpr))
 
 
 def _unit(func: PrimFunc) -> str:
