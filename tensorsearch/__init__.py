@@ -41,6 +41,7 @@ _FUNCTIONS = {
     "Trace": "schedule",
     "build": "runtime",
     "compile_best": "search",
+    "compile_model": "search",
     "interpret": "interpreter",
     "structural_equal": "ir",
     "structural_hash": "ir",

@@ -1,6 +1,7 @@
 """``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR;
 ``tensorsearch match NAME --hardware HW`` explains how its blocks map onto the target's tensor intrinsics;
-``tensorsearch tune NAME --hardware HW --trials N --work-dir DIR`` searches for its fastest schedule."""
+``tensorsearch tune NAME --hardware HW --trials N --work-dir DIR`` searches for its fastest schedule;
+``tensorsearch model tasks|run MODEL`` lists a whole model's tasks, or compiles and runs it beside onnxruntime."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import warnings
 from pathlib import Path
 
 from ..target import load
+from .model import add_parsers as add_model_parsers
 from .programs import Program, is_program_file, load_program
 
 
@@ -335,6 +337,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(a work dir or its database directory; repeatable; the work dir's own database is always used)",
     )
     p.set_defaults(fn=_cmd_tune)
+    add_model_parsers(sub)
     return parser
 
 

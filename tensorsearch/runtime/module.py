@@ -16,7 +16,7 @@ import os
 import subprocess
 import tempfile
 import time as _time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -258,6 +258,19 @@ class _Runnable:
         """Run on numpy arrays (checked against the function's buffers); outputs are written in place."""
         cargs = self._convert_args(args)
         self._cfunc(*cargs)
+
+    def bind(self, *args: Any) -> Callable[[], int]:
+        """A call with ``args`` checked once: each call of the result runs the function on those
+        arrays (their contents may change between calls; they stay referenced by it). For an
+        executor that makes the same calls many times."""
+        cargs = self._convert_args(args)
+        cfunc = self._cfunc
+
+        def call() -> int:
+            return cfunc(*cargs)
+
+        call.arrays = args  # type: ignore[attr-defined]  # keep the arrays alive as long as the call
+        return call
 
     def time(
         self,

@@ -18,6 +18,10 @@ from typing import Any
 _NAMES = {
     "tune": "tuner",
     "compile_best": "tuner",
+    "compile_model": "model",
+    "CompiledModel": "model",
+    "default_schedule": "model",
+    "model_tasks": "model",
     "TuneResult": "tuner",
     "TuneError": "tuner",
     "TuneInputError": "tuner",

@@ -1,0 +1,165 @@
+"""``tensorsearch model tasks MODEL`` and ``tensorsearch model run MODEL``.
+
+MODEL is a built-in name (``resnet50``, ``bert_base``, ... ``--reduced`` for the small
+versions) or an ONNX file. ``tasks`` lists the fused kernels deduplicated into tasks;
+``run`` compiles every task (its best record in ``--work-dir``, else a default schedule), runs
+the model on seeded random inputs beside onnxruntime and prints both outputs' agreement and
+both latencies.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from typing import Any
+
+import numpy as np
+
+FLOAT_TOLERANCE = 1e-3  # of the reference output's largest magnitude
+
+
+def add_parsers(sub: Any) -> None:
+    p = sub.add_parser("model", help="whole ONNX models: list their tasks, compile and run them")
+    msub = p.add_subparsers(dest="model_command", required=True)
+    for name, helptext, fn in [
+        ("tasks", "list a model's fused kernels, deduplicated into weighted tasks", _cmd_tasks),
+        ("run", "compile a model, run it beside onnxruntime, compare outputs and latency", _cmd_run),
+    ]:
+        q = msub.add_parser(name, help=helptext)
+        q.add_argument(
+            "model", metavar="MODEL", help="a built-in model name (resnet50, bert_base, ...) or an ONNX file"
+        )
+        q.add_argument(
+            "--reduced", action="store_true", help="a built-in model's small version (fewer layers, channels)"
+        )
+        q.add_argument(
+            "--input-shape",
+            metavar="NAME=D,D,...",
+            action="append",
+            default=[],
+            help="bind an input's symbolic shape (or NAME=D for one symbolic dimension); repeatable",
+        )
+        q.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC", help="layout of convolutions inside")
+        q.set_defaults(fn=fn)
+        if name == "run":
+            q.add_argument("--hardware", default="host", help="hardware descriptor name or path (default host)")
+            q.add_argument("--work-dir", help="a tuning work dir whose best records compile the tasks they cover")
+            q.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+            q.add_argument("--repeat", type=int, default=10, help="timed runs of each (default 10)")
+
+
+def _input_shapes(specs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for spec in specs:
+        name, sep, dims = spec.partition("=")
+        try:
+            values = [int(d) for d in dims.split(",")] if sep else []
+        except ValueError:
+            values = []
+        if not name or not values or any(v <= 0 for v in values):
+            raise ValueError(f"--input-shape {spec!r}: expected NAME=D,D,... with positive integers")
+        out[name] = values[0] if len(values) == 1 else tuple(values)
+    return out
+
+
+def _load(args: argparse.Namespace):  # -> (onnx.ModelProto, Graph)
+    from ..graph.models import load_model
+    from ..graph.onnx_import import from_onnx
+
+    proto = load_model(args.model, reduced=args.reduced)
+    return proto, from_onnx(proto, _input_shapes(args.input_shape))
+
+
+def _cmd_tasks(args: argparse.Namespace) -> int:
+    from ..search.model import model_tasks
+
+    _, graph = _load(args)
+    _, kernels, tasks = model_tasks(graph, layout=args.layout)
+    total = sum(t.total_flops for t in tasks) or 1
+    width = max(len(t.name) for t in tasks)
+    print(f"{'#':>3}  {'task':<{width}}  {'weight':>6}  {'MFLOPs/call':>11}  {'share':>6}  key")
+    for n, t in enumerate(tasks):
+        print(
+            f"{n:>3}  {t.name:<{width}}  {t.weight:>6}  {t.flops / 1e6:>11.2f}  "
+            f"{100 * t.total_flops / total:>5.1f}%  {t.key}"
+        )
+    macs = sum(t.weight * t.macs for t in tasks)
+    print(
+        f"{len(tasks)} tasks, {len(kernels)} kernels; {total / 1e9:.3f} GFLOPs, {macs / 1e9:.3f} GMACs per run",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from ..graph.models import random_inputs
+    from ..search.model import compile_model
+    from ..target import load
+
+    proto, graph = _load(args)
+    hw = load(args.hardware)
+    if not hw.runs_here:
+        raise ValueError(f"--hardware {hw.name}: this machine cannot run code built for it (run needs the host)")
+
+    def progress(done: int, total: int, task: Any, source: str) -> None:
+        print(f"\r  compiled {done}/{total} tasks ({task.name}: {source})\033[K", end="", file=sys.stderr, flush=True)
+
+    print(f"tensorsearch model run: {args.model} on {hw.name}", file=sys.stderr)
+    exe = compile_model(graph, hw, args.work_dir, layout=args.layout, progress=progress)
+    print(file=sys.stderr)
+    feeds = random_inputs(proto, seed=args.seed)
+    got = exe(**{v.name: feeds[v.name] for v in graph.inputs})
+    sess = _ort_session(proto)
+    want = sess.run(None, feeds)
+    ok = _report_agreement(graph, got, want)
+    ours = exe.time(repeat=args.repeat, **{v.name: feeds[v.name] for v in graph.inputs})
+    theirs = _time_ort(sess, feeds, args.repeat)
+    counts: dict[str, int] = {}
+    for s in exe.sources.values():
+        counts[s] = counts.get(s, 0) + 1
+    kinds = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+    print(f"  tasks       {len(exe.tasks)} ({kinds}), compiled in {exe.compile_seconds:.1f} s")
+    a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
+    print(f"  latency     tensorsearch {a:.3f} ms   onnxruntime {b:.3f} ms   (onnxruntime / ours = {b / a:.2f}x)")
+    return 0 if ok else 1
+
+
+def _ort_session(proto: Any) -> Any:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _time_ort(sess: Any, feeds: dict[str, np.ndarray], repeat: int) -> list[float]:
+    sess.run(None, feeds)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def _report_agreement(graph: Any, got: list[np.ndarray], want: list[np.ndarray]) -> bool:
+    ok = True
+    for v, g, w in zip(graph.outputs, got, want, strict=True):
+        if np.issubdtype(w.dtype, np.floating):
+            scale = float(np.max(np.abs(w))) or 1.0
+            err = float(np.max(np.abs(g.astype(np.float64) - w))) / scale
+            good = err <= FLOAT_TOLERANCE
+            top1 = ""
+            if w.ndim == 2 and w.shape[1] > 1:
+                top1 = f", top-1 {'same' if (g.argmax(1) == w.argmax(1)).all() else 'DIFFERS'}"
+            print(
+                f"  output      {v.name}: max error {err:.1e} of the output's scale ({'ok' if good else 'MISMATCH'}{top1})"
+            )
+        else:
+            diff = int(np.count_nonzero(g != w))
+            good = diff == 0
+            print(f"  output      {v.name}: {'bit-exact' if good else f'{diff} of {w.size} elements differ'}")
+        ok = ok and good
+    return ok
