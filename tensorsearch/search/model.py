@@ -55,17 +55,42 @@ def default_schedule(func: PrimFunc, hardware: Hardware) -> PrimFunc | None:
     return None
 
 
-def _tuned(func: PrimFunc, hw: Hardware, db: Database | None, key: str) -> PrimFunc | None:
+def _tuned(func: PrimFunc, hw: Hardware, db: Database | None, key: str) -> tuple[PrimFunc, str] | None:
+    """The best record's program and its trace text, or None."""
     if db is None:
         return None
     for record in db.best(key, hardware_key(hw), 3):
         try:
             sch = Schedule(func, check=False, hardware=hw)
             Trace.from_json(record.trace).apply(sch)
-            return sch.func
+            return sch.func, record.trace
         except (ScheduleError, ValueError):
             continue  # a record of an older schedule that no longer applies: try the next
     return None
+
+
+# modules built in this process, by (task key, hardware key, the record's trace or "default"):
+# a model compiled twice, or two models sharing kernels, build each kernel once
+_BUILT: dict[tuple[str, str, str], tuple[Module, str]] = {}
+_BUILT_MAX = 512
+
+
+def _task_module(task: Task, hw: Hardware, db: Database | None) -> tuple[Module, str]:
+    tuned = _tuned(task.func, hw, db, task.key)
+    cache_key = (task.key, hardware_key(hw), tuned[1] if tuned else "default")
+    if cache_key in _BUILT:
+        return _BUILT[cache_key]
+    if tuned is not None:
+        func, source = tuned[0], "tuned"
+    else:
+        func, source = default_schedule(task.func, hw), "default"
+        if func is None:
+            func, source = task.func, "unscheduled"
+    made = (build(func, hw.with_fp_contract(), name=task.name), source)
+    if len(_BUILT) >= _BUILT_MAX:
+        _BUILT.pop(next(iter(_BUILT)))
+    _BUILT[cache_key] = made
+    return made
 
 
 class CompiledModel(GraphExecutor):
@@ -116,18 +141,10 @@ def compile_model(
     hw = resolve(hardware)
     graph, kernels, tasks = model_tasks(model, input_shapes=input_shapes, layout=layout)
     db = Database.open_existing(work_dir) if work_dir is not None else None
-    build_hw = hw.with_fp_contract()
     modules: dict[str, Module] = {}
     sources: dict[str, str] = {}
     for n, task in enumerate(tasks):
-        func = _tuned(task.func, hw, db, task.key)
-        source = "tuned"
-        if func is None:
-            func, source = default_schedule(task.func, hw), "default"
-        if func is None:
-            func, source = task.func, "unscheduled"
-        modules[task.key] = build(func, build_hw, name=task.name)
-        sources[task.key] = source
+        modules[task.key], sources[task.key] = _task_module(task, hw, db)
         if progress is not None:
-            progress(n + 1, len(tasks), task, source)
+            progress(n + 1, len(tasks), task, sources[task.key])
     return CompiledModel(graph, kernels, modules, tasks, sources, hw, time.perf_counter() - t0)

@@ -1,0 +1,208 @@
+"""Whole models with default schedules (nothing tuned) beside onnxruntime: agreement and latency.
+
+    python experiments/e2e_untuned.py                       # the seven built-in models, full size
+    python experiments/e2e_untuned.py --models resnet50,bert_base --reduced --repeat 5
+
+For each model: import, compile every task with its default schedule (``ts.compile_model``
+without a work dir), run on seeded random inputs beside onnxruntime (CPU provider, its default
+graph optimizations and threads) and compare: float outputs by the largest error relative to
+the reference output's largest magnitude (must be <= 1e-3); int8 models by top-1 agreement over
+``--agreement-inputs`` random inputs (must be >= 99 %) and the largest logit difference. Then
+both are timed, interleaved, median of ``--repeat`` runs each; the ratio is onnxruntime's
+latency over ours (above 1: we are faster). Our kernels here are *untuned* default schedules;
+``tensorsearch tune``/the model tuner makes them fast. Weights are constants laid out at compile
+time; see docs/models.md for how this differs from the operator benchmarks.
+
+Writes e2e_untuned.csv, e2e_untuned.md and e2e_untuned.png to the out dir (default
+results/e2e_untuned/, git-ignored; experiments/outputs.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+import outputs
+
+MODELS = ["resnet50", "mobilenet_v2", "bert_base", "bert_large", "vit_b_16", "resnet50_int8", "bert_base_int8"]
+FIELDS = [
+    "model",
+    "reduced",
+    "tasks",
+    "kernels",
+    "compile_s",
+    "check",
+    "ok",
+    "ours_ms",
+    "ort_ms",
+    "ort_over_ours",
+    "error",
+]
+
+
+def _ort(proto):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _check(name: str, proto, graph, exe, sess, args) -> tuple[str, bool]:
+    from tensorsearch.graph.models import random_inputs
+
+    names = [v.name for v in graph.inputs]
+    if name.endswith("_int8"):
+        same, worst = 0, 0.0
+        for k in range(args.agreement_inputs):
+            feeds = random_inputs(proto, seed=k)
+            got = exe(**{n: feeds[n] for n in names})[0]
+            want = sess.run(None, feeds)[0]
+            same += int(np.array_equal(got.reshape(len(got), -1).argmax(1), want.reshape(len(want), -1).argmax(1)))
+            worst = max(worst, float(np.max(np.abs(got - want))) / (float(np.max(np.abs(want))) or 1.0))
+        share = same / args.agreement_inputs
+        return (
+            f"top-1 agreement {100 * share:.0f}% of {args.agreement_inputs}, max logit diff {worst:.1e}",
+            share >= 0.99,
+        )
+    feeds = random_inputs(proto, seed=0)
+    got = exe(**{n: feeds[n] for n in names})
+    want = sess.run(None, feeds)
+    worst = 0.0
+    for g, w in zip(got, want, strict=True):
+        if np.issubdtype(w.dtype, np.floating):
+            worst = max(worst, float(np.max(np.abs(g - w))) / (float(np.max(np.abs(w))) or 1.0))
+    return f"max error {worst:.1e} of the output scale", worst <= 1e-3
+
+
+def _time(exe, sess, proto, graph, repeat: int) -> tuple[float, float]:
+    from tensorsearch.graph.models import random_inputs
+
+    feeds = random_inputs(proto, seed=0)
+    exe.set_inputs(**{v.name: feeds[v.name] for v in graph.inputs})
+    exe.run()
+    sess.run(None, feeds)
+    ours, theirs = [], []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        exe.run()
+        ours.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        theirs.append(time.perf_counter() - t0)
+    return statistics.median(ours), statistics.median(theirs)
+
+
+def run_model(name: str, args) -> dict:
+    import tensorsearch as ts
+    from tensorsearch.graph.models import load_model
+
+    proto = load_model(name, reduced=args.reduced)
+    graph = ts.graph.from_onnx(proto)
+    exe = ts.compile_model(graph, "host")
+    sess = _ort(proto)
+    check, ok = _check(name, proto, graph, exe, sess, args)
+    ours, theirs = _time(exe, sess, proto, graph, args.repeat)
+    return {
+        "model": name,
+        "reduced": args.reduced,
+        "tasks": len(exe.tasks),
+        "kernels": len(exe.kernels),
+        "compile_s": round(exe.compile_seconds, 1),
+        "check": check,
+        "ok": ok,
+        "ours_ms": round(ours * 1e3, 3),
+        "ort_ms": round(theirs * 1e3, 3),
+        "ort_over_ours": round(theirs / ours, 3),
+        "error": "",
+    }
+
+
+def write(rows: list[dict], out: Path, cmd: str) -> list[str]:
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "e2e_untuned.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, FIELDS)
+        w.writeheader()
+        w.writerows(rows)
+    lines = [
+        "# Whole models, default schedules (untuned), vs onnxruntime",
+        "",
+        f"`{cmd}`; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end.",
+        "",
+        "| model | tasks (kernels) | compile s | agreement | ours ms | onnxruntime ms | ort / ours |",
+        "|---|---:|---:|---|---:|---:|---:|",
+    ]
+    for r in rows:
+        if r.get("error"):
+            lines.append(f"| {r['model']} | | | error: {r['error']} | | | |")
+            continue
+        mark = "" if r["ok"] else " **FAILED**"
+        lines.append(
+            f"| {r['model']}{' (reduced)' if r['reduced'] else ''} | {r['tasks']} ({r['kernels']}) | {r['compile_s']} | "
+            f"{r['check']}{mark} | {r['ours_ms']} | {r['ort_ms']} | {r['ort_over_ours']} |"
+        )
+    (out / "e2e_untuned.md").write_text("\n".join(lines) + "\n")
+    names = ["e2e_untuned.csv", "e2e_untuned.md"]
+    good = [r for r in rows if not r.get("error")]
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(7, 3.5))
+        ax.bar([r["model"] for r in good], [r["ort_over_ours"] for r in good])
+        ax.axhline(1.0, color="black", linewidth=0.8)
+        ax.set_ylabel("onnxruntime latency / ours")
+        ax.set_title("default schedules (untuned) vs onnxruntime")
+        plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
+        fig.tight_layout()
+        fig.savefig(out / "e2e_untuned.png", dpi=120)
+        plt.close(fig)
+        names.append("e2e_untuned.png")
+    except ImportError:
+        pass
+    return names
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default=",".join(MODELS), help=f"comma-separated (default {','.join(MODELS)})")
+    ap.add_argument("--reduced", action="store_true", help="the models' small versions")
+    ap.add_argument("--repeat", type=int, default=10, help="timed runs of each system (default 10)")
+    ap.add_argument("--agreement-inputs", type=int, default=100, help="random inputs for int8 top-1 agreement")
+    outputs.add_arguments(ap, "e2e_untuned")
+    args = ap.parse_args()
+    dest = outputs.outputs(args, "e2e_untuned")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        ap.error(f"--models: unknown {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    cmd = "python experiments/e2e_untuned.py" + "".join(f" {a}" for a in sys.argv[1:])
+    rows: list[dict] = []
+    try:
+        for name in models:
+            t0 = time.perf_counter()
+            try:
+                row = run_model(name, args)
+            except Exception as err:  # one failing model must not lose the others
+                traceback.print_exc()
+                row = {"model": name, "reduced": args.reduced, "error": f"{type(err).__name__}: {err}"}
+            rows.append(row)
+            names = write(rows, dest.out, cmd)
+            print(f"{name}: {row} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)
+    except KeyboardInterrupt:
+        print(f"interrupted after {len(rows)} of {len(models)} models", file=sys.stderr)
+    print((dest.out / "e2e_untuned.md").read_text() if rows else "no model finished")
+    dest.wrote(names if rows else [])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""``tensorsearch model tasks`` and ``tensorsearch model run``: output, and one-line errors."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+from graph_util import model
+from onnx import helper
+
+from tensorsearch.cli.main import main
+from tensorsearch.graph.models import load_model
+
+
+def test_model_tasks_lists_weighted_tasks(capsys):
+    assert main(["model", "tasks", "resnet50", "--reduced"]) == 0
+    out, err = capsys.readouterr()
+    lines = out.splitlines()
+    assert lines[0].split() == ["#", "task", "weight", "MFLOPs/call", "share", "key"]
+    rows = [line.split() for line in lines[1:]]
+    assert any(r[1] == "fused_conv_relu" for r in rows)
+    assert sum(int(r[2]) for r in rows) > len(rows)  # some task runs more than once
+    assert all(re.fullmatch(r"[0-9a-f]{16}", r[-1]) for r in rows)
+    assert re.search(r"\d+ tasks, \d+ kernels; [\d.]+ GFLOPs, [\d.]+ GMACs per run", err)
+
+
+def test_model_run_compares_with_onnxruntime(capsys):
+    assert main(["model", "run", "mobilenet_v2", "--reduced", "--repeat", "2"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"output +output: max error \d\.\de-\d\d of the output's scale \(ok, top-1 same\)", out), out
+    assert re.search(r"latency +tensorsearch [\d.]+ ms +onnxruntime [\d.]+ ms", out), out
+
+
+def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):
+    path = tmp_path / "dyn.onnx"
+    nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)]
+    path.write_bytes(model(nodes, {"x": ("float32", ("batch", 5))}, ["y"]).SerializeToString())
+    assert main(["model", "run", str(path), "--input-shape", "batch=3", "--repeat", "1"]) == 0
+    assert "output      y: max error" in capsys.readouterr().out
+    assert main(["model", "run", str(path)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert (
+        err[-1].startswith("tensorsearch model: error: ") and "bind it" in err[-1] and "--input-shape x=1,1" in err[-1]
+    )
+    assert main(["model", "tasks", str(path), "--input-shape", "batch=two"]) == 2
+    assert "--input-shape 'batch=two': expected NAME=D,D,..." in capsys.readouterr().err
+
+
+def test_model_errors_are_one_line_without_traceback(tmp_path):
+    cut = tmp_path / "cut.onnx"
+    data = load_model("resnet50", reduced=True).SerializeToString()
+    cut.write_bytes(data[: len(data) // 2])
+    for args, expect in [
+        (["model", "tasks", "resnet5"], "unknown model 'resnet5'"),
+        (["model", "tasks", str(cut)], "not a readable ONNX model"),
+        (["model", "run", "resnet50", "--reduced", "--work-dir", str(tmp_path / "none")], "no tuning database"),
+    ]:
+        res = subprocess.run([sys.executable, "-m", "tensorsearch", *args], capture_output=True, text=True)
+        assert res.returncode == 2, (args, res.stderr)
+        lines = [line for line in res.stderr.splitlines() if "error" in line]
+        assert len(lines) == 1 and expect in lines[0], (args, res.stderr)
+        assert "Traceback" not in res.stderr
+
+
+@pytest.mark.parametrize("bad", ["x", "x=", "=1,2", "x=0,3"])
+def test_bad_input_shape_specs(bad, capsys):
+    assert main(["model", "tasks", "resnet50", "--reduced", "--input-shape", bad]) == 2
+    assert "expected NAME=D,D,... with positive integers" in capsys.readouterr().err
