@@ -10,6 +10,11 @@ taken by the smallest request that fits, TVM's graph memory planner in miniature
 inputs, constants and outputs have buffers of their own. At construction every kernel call is
 bound to its arrays once (:meth:`~tensorsearch.runtime.Module.bind`), so a run is the copy of
 the inputs and one native call per kernel.
+
+A task's :class:`TaskProgram` may carry a *prepack* function
+(:func:`~tensorsearch.transform.split_constant_stages`): the stages of its schedule that only
+re-lay a weight. The executor runs it once per kernel, at construction, on that kernel's
+constants, and binds the packed arrays in their place: weights are packed ahead, not per run.
 """
 
 from __future__ import annotations
@@ -24,10 +29,31 @@ import numpy as np
 from ..ir import parse_dtype
 from ..ir.dtype import numpy_dtype
 from ..runtime.module import Module
+from ..transform import ConstantSplit
 from .fuse import Kernel
 from .ir import Graph, GraphError, Value
 
-__all__ = ["BufferPlan", "GraphExecutor", "plan_buffers"]
+__all__ = ["BufferPlan", "GraphExecutor", "TaskProgram", "plan_buffers"]
+
+
+@dataclass(frozen=True)
+class TaskProgram:
+    """What runs a task: its compiled module, and the prepack module with the split that made
+    the two when its schedule re-lays constants."""
+
+    main: Module
+    prepack: Module | None = None
+    split: ConstantSplit | None = None
+
+    def bind(self, arrays: Sequence[np.ndarray]) -> Callable[[], int]:
+        """The call of ``main`` on one kernel's arrays (in the lowered kernel's parameter order),
+        its constants packed first when there is a prepack."""
+        if self.split is None or self.prepack is None:
+            return self.main.bind(*arrays)
+        packed = [np.zeros([d.value for d in b.shape], _np_dtype(str(b.dtype))) for b in self.split.packed]
+        self.prepack.bind(*(arrays[i] for i in self.split.prepack_inputs), *packed)()
+        args = [arrays[p] if isinstance(p, int) else packed[p[1]] for p in self.split.main_params]
+        return self.main.bind(*args)
 
 
 def _np_dtype(dtype: str) -> np.dtype:
@@ -87,9 +113,9 @@ def plan_buffers(graph: Graph, kernels: Sequence[Kernel]) -> BufferPlan:
 
 
 class GraphExecutor:
-    """Runs ``kernels`` (in order) of ``graph`` with ``modules`` (task key -> Module)."""
+    """Runs ``kernels`` (in order) of ``graph`` with ``programs`` (task key -> TaskProgram or Module)."""
 
-    def __init__(self, graph: Graph, kernels: Sequence[Kernel], modules: Mapping[str, Module]) -> None:
+    def __init__(self, graph: Graph, kernels: Sequence[Kernel], programs: Mapping[str, TaskProgram | Module]) -> None:
         self.graph = graph
         self.kernels = list(kernels)
         self.plan = plan_buffers(graph, self.kernels)
@@ -102,10 +128,12 @@ class GraphExecutor:
                 self._arrays[v.name] = np.zeros(v.shape, _np_dtype(v.dtype))
         self._calls: list[Callable[[], int]] = []
         for kernel in self.kernels:
-            module = modules.get(kernel.task)
-            if module is None:
+            program = programs.get(kernel.task)
+            if program is None:
                 raise GraphError(f"no module for task {kernel.task} ({kernel.group.name})")
-            self._calls.append(module.bind(*(self._kernel_array(name) for name in kernel.lowered.args)))
+            if isinstance(program, Module):
+                program = TaskProgram(program)
+            self._calls.append(program.bind([self._kernel_array(name) for name in kernel.lowered.args]))
 
     def _kernel_array(self, name: str) -> np.ndarray:
         v = self.graph.values[name]

@@ -21,15 +21,16 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..graph.executor import GraphExecutor
-from ..graph.fuse import Task, extract_tasks
+from ..graph.executor import GraphExecutor, TaskProgram
+from ..graph.fuse import Kernel, Task, extract_tasks
 from ..graph.ir import Graph
 from ..graph.onnx_import import ModelLike, from_onnx
 from ..graph.passes import prepare
 from ..ir import PrimFunc
-from ..runtime import Module, build
+from ..runtime import build
 from ..schedule import Schedule, ScheduleError, Trace
 from ..target import Hardware, resolve
+from ..transform import split_constant_stages
 from .database import Database, hardware_key
 from .heuristics import heuristic_traces
 from .space import DesignSpace, SearchSpaceError
@@ -71,11 +72,13 @@ def _tuned(func: PrimFunc, hw: Hardware, db: Database | None, key: str) -> tuple
 
 # modules built in this process, by (task key, hardware key, the record's trace or "default"):
 # a model compiled twice, or two models sharing kernels, build each kernel once
-_BUILT: dict[tuple[str, str, str], tuple[Module, str]] = {}
+_BUILT: dict[tuple[str, str, str], tuple[TaskProgram, str]] = {}
 _BUILT_MAX = 512
 
 
-def _task_module(task: Task, hw: Hardware, db: Database | None) -> tuple[Module, str]:
+def _task_program(task: Task, constants: Sequence[int], hw: Hardware, db: Database | None) -> tuple[TaskProgram, str]:
+    """The task's program and where its schedule came from; stages of the schedule that only
+    re-lay constants become a prepack run once per kernel (weights packed ahead)."""
     tuned = _tuned(task.func, hw, db, task.key)
     cache_key = (task.key, hardware_key(hw), tuned[1] if tuned else "default")
     if cache_key in _BUILT:
@@ -86,7 +89,14 @@ def _task_module(task: Task, hw: Hardware, db: Database | None) -> tuple[Module,
         func, source = default_schedule(task.func, hw), "default"
         if func is None:
             func, source = task.func, "unscheduled"
-    made = (build(func, hw.with_fp_contract(), name=task.name), source)
+    build_hw = hw.with_fp_contract()
+    split = split_constant_stages(func, constants) if source != "unscheduled" else None
+    if split is None:
+        program = TaskProgram(build(func, build_hw, name=task.name))
+    else:
+        prepack = build(split.prepack, build_hw, name=f"{task.name}_prepack")
+        program = TaskProgram(build(split.main, build_hw, name=task.name), prepack, split)
+    made = (program, source)
     if len(_BUILT) >= _BUILT_MAX:
         _BUILT.pop(next(iter(_BUILT)))
     _BUILT[cache_key] = made
@@ -100,17 +110,17 @@ class CompiledModel(GraphExecutor):
         self,
         graph: Graph,
         kernels: Sequence[Any],
-        modules: Mapping[str, Module],
+        programs: Mapping[str, TaskProgram],
         tasks: Sequence[Task],
         sources: Mapping[str, str],
         hardware: Hardware,
         compile_seconds: float,
     ) -> None:
-        super().__init__(graph, kernels, modules)
+        super().__init__(graph, kernels, programs)
         self.tasks = list(tasks)
         self.sources = dict(sources)
         self.hardware = hardware
-        self.modules = dict(modules)
+        self.programs = dict(programs)
         self.compile_seconds = compile_seconds
 
 
@@ -141,10 +151,15 @@ def compile_model(
     hw = resolve(hardware)
     graph, kernels, tasks = model_tasks(model, input_shapes=input_shapes, layout=layout)
     db = Database.open_existing(work_dir) if work_dir is not None else None
-    modules: dict[str, Module] = {}
+    programs: dict[str, TaskProgram] = {}
     sources: dict[str, str] = {}
     for n, task in enumerate(tasks):
-        modules[task.key], sources[task.key] = _task_module(task, hw, db)
+        programs[task.key], sources[task.key] = _task_program(task, _constant_params(kernels, task), hw, db)
         if progress is not None:
             progress(n + 1, len(tasks), task, sources[task.key])
-    return CompiledModel(graph, kernels, modules, tasks, sources, hw, time.perf_counter() - t0)
+    return CompiledModel(graph, kernels, programs, tasks, sources, hw, time.perf_counter() - t0)
+
+
+def _constant_params(kernels: Sequence[Kernel], task: Task) -> list[int]:
+    lowered = next(k.lowered for k in kernels if k.task == task.key)
+    return list(range(lowered.num_inputs, lowered.num_inputs + lowered.num_constants))

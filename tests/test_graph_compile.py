@@ -1,0 +1,86 @@
+"""Compiling a model's tasks: tuned records from a work dir, and weights packed ahead of time
+(a schedule's constant-only stages cut into a prepack run once per kernel)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+from graph_util import model, random_feeds, run_ort
+from onnx import helper
+
+import tensorsearch as ts
+from tensorsearch import hardware, workloads
+from tensorsearch.search.database import Database, TuningRecord, hardware_key
+from tensorsearch.search.model import model_tasks
+from tensorsearch.search.space import DesignSpace
+from tensorsearch.transform import split_constant_stages
+
+HOST = hardware.load("host")
+
+
+def _packing_candidate(func, constant_param: int):
+    """A candidate of ``func``'s design space whose schedule stages the constant parameter."""
+    space = DesignSpace(func, HOST)
+    for index in range(len(space.traces)):
+        for seed in range(4):
+            cand = space.sample_space(index, seed)
+            if cand is not None and split_constant_stages(cand.func, [constant_param]) is not None:
+                return cand
+    raise AssertionError("no design space of this GEMM packs its weight")
+
+
+def test_split_constant_stages_cuts_the_weight_packing_out():
+    wl = workloads.get("GMM", 0, "float32")
+    cand = _packing_candidate(wl.func, 1)
+    split = split_constant_stages(cand.func, [1])
+    assert split.prepack_inputs == (1,)
+    assert split.main_params == (0, ("packed", 0), 2)  # Y is read only by the prepack
+    assert [b.name for b in split.prepack.buffers] == ["Y", split.packed[0].name]
+    assert "Y_global" in split.packed[0].name
+    rng = np.random.default_rng(1)
+    x, y = (rng.standard_normal((1, 128, 128)).astype(np.float32) for _ in range(2))
+    want = np.zeros((1, 128, 128), np.float32)
+    ts.build(cand.func, HOST)(x, y, want)
+    packed = np.zeros([d.value for d in split.packed[0].shape], np.float32)
+    ts.build(split.prepack, HOST)(y, packed)
+    got = np.zeros_like(want)
+    ts.build(split.main, HOST)(x, packed, got)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(got[0], x[0] @ y[0], rtol=1e-4, atol=1e-4)
+
+
+def test_nothing_to_split_without_constant_only_stages():
+    wl = workloads.get("GMM", 0, "float32")
+    assert split_constant_stages(wl.func, [1]) is None  # one stage, reading X too
+    cand = _packing_candidate(wl.func, 1)
+    assert split_constant_stages(cand.func, [0]) is None  # X is no constant
+
+
+def test_a_tuned_record_in_the_work_dir_compiles_its_task_with_weights_packed_ahead(tmp_path):
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Relu", ["h"], ["y"], name="relu"),
+    ]
+    w = np.random.default_rng(2).standard_normal((64, 64)).astype(np.float32)
+    m = model(nodes, {"x": ("float32", (16, 64))}, ["y"], {"w": w})
+    _, kernels, tasks = model_tasks(m)
+    (task,) = tasks
+    lowered = kernels[0].lowered
+    assert lowered.args == ("x", "w", "y") and lowered.num_constants == 1
+    cand = _packing_candidate(task.func, 1)
+    db = Database(tmp_path)
+    assert db.commit_workload(task.func, task.name) == task.key
+    record = TuningRecord(
+        task.key, hardware_key(HOST), cand.key, cand.trace.as_json_text(), (1e-6,), None, 0.1, 0, time.time()
+    )
+    db.commit_record(record)
+    db.close()
+    exe = ts.compile_model(m, HOST, tmp_path)
+    assert exe.sources == {task.key: "tuned"}
+    program = exe.programs[task.key]
+    assert program.prepack is not None and program.split.main_params == (0, ("packed", 0), 2)
+    feeds = random_feeds(m)
+    np.testing.assert_allclose(exe(**feeds)[0], run_ort(m, feeds)[0], rtol=1e-4, atol=1e-4)
+    untuned = ts.compile_model(m, HOST)
+    assert untuned.sources == {task.key: "default"}
