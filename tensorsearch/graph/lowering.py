@@ -65,10 +65,10 @@ def lower_nodes(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str], nam
         outside: dict[str, te.Tensor] = {}
         for node in nodes:
             args = [_operand(graph, i, tensors, outside) for i in node.inputs]
-            outs = [graph.values[o] for o in node.outputs]
+            outs = [graph.values[o] if o else None for o in node.outputs]
             made = _lower_node(node, args, outs)
             for o, t in zip(node.outputs, made, strict=True):
-                if o:
+                if o and t is not None:
                     tensors[o] = t
         results = [_as_stage(tensors[o], graph.values[o]) for o in outputs]
     finally:
@@ -99,7 +99,7 @@ def _operand(graph: Graph, name: str, tensors: dict[str, te.Tensor], outside: di
     return Operand(tensor, value, graph.constants.get(name))
 
 
-def _lower_node(node: Node, args: list[Operand | None], outs: list[Value]) -> list[te.Tensor]:
+def _lower_node(node: Node, args: list[Operand | None], outs: list[Value | None]) -> list[te.Tensor | None]:
     lowering = lowering_of(node.op)
     if lowering is None:
         raise GraphError(f"{node.where}: no lowering for operator {node.op}")
@@ -113,6 +113,10 @@ def _lower_node(node: Node, args: list[Operand | None], outs: list[Value]) -> li
     if len(made) != len(outs):
         raise GraphError(f"{node.where}: the lowering made {len(made)} tensors for {len(outs)} outputs")
     for t, v in zip(made, outs, strict=True):
+        if v is None:
+            continue  # an optional output the model leaves out
+        if t is None:
+            raise GraphError(f"{node.where}: the lowering made nothing for output {v.name}")
         if tuple(t.shape) != (v.shape or (1,)) or t.dtype != v.dtype:
             raise GraphError(
                 f"{node.where}: the lowering of output {v.name} made {t.dtype}{list(t.shape)}, "

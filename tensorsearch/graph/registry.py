@@ -9,8 +9,9 @@ Each lowering is registered with the kind of operator it is, which is what fusio
         return [te.compute(x.shape, lambda *i: te.max(x[i], 0.0), name=outs[0].name)]
 
 ``args`` are the node's inputs in order (``None`` for an absent optional one); ``outs`` the
-:class:`Value` of each output (static shape and dtype); a lowering returns one te tensor per
-output, of exactly that shape and dtype. An :class:`Operand` whose value is a graph constant
+:class:`Value` of each output (static shape and dtype; ``None`` for an optional output the model
+leaves out); a lowering returns one te tensor per output, of exactly that shape and dtype
+(``None`` for a left-out output). An :class:`Operand` whose value is a graph constant
 carries the array in ``const`` too: a lowering reads shapes, axes and small scalars from it at
 compile time (a constant read only that way never becomes a kernel argument).
 """
@@ -63,7 +64,7 @@ class Operand:
         return self.const.reshape(()).item()
 
 
-LoweringFn = Callable[[Node, list[Operand | None], list[Value]], list[te.Tensor]]
+LoweringFn = Callable[[Node, list[Operand | None], list[Value | None]], list[te.Tensor | None]]
 
 
 @dataclass(frozen=True)
