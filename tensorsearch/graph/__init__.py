@@ -37,7 +37,6 @@ _NAMES = {
     "Value": "ir",
     "from_onnx": "onnx_import",
     "prepare": "passes",
-    "fuse": "fuse",
     "extract_tasks": "fuse",
     "Task": "fuse",
     "GraphExecutor": "executor",
