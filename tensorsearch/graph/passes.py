@@ -1,5 +1,7 @@
 """Graph-to-graph passes run before fusion, and the pipeline that runs them.
 
+* :func:`remove_dead_nodes`: nodes whose outputs nothing reads (and no graph output is) go.
+
 * :func:`remove_identities`: ``Identity`` and inference ``Dropout`` nodes go; their consumers
   read the input instead (a graph output keeps its name through a copy)::
 
@@ -13,7 +15,7 @@
       y = Conv(x, W); z = BatchNormalization(y, gamma, beta, mean, var)
       ->   z = Conv(x, W', b')
 
-* :func:`prepare`: the pipeline: identities, int8 QDQ folding (:mod:`.quant`), batch-norm
+* :func:`prepare`: the pipeline: dead nodes, identities, int8 QDQ folding (:mod:`.quant`), batch-norm
   folding, NHWC layout (:mod:`.layout`).
 """
 
@@ -26,9 +28,22 @@ import numpy as np
 
 from .ir import Graph, Node, Value
 
-__all__ = ["fold_batch_norm", "prepare", "remove_identities"]
+__all__ = ["fold_batch_norm", "prepare", "remove_dead_nodes", "remove_identities"]
 
 _IDENTITIES = {"Identity", "Dropout"}
+
+
+def remove_dead_nodes(graph: Graph) -> Graph:
+    """Drop the nodes whose results are never used (walking back from the graph's outputs)."""
+    live = {v.name for v in graph.outputs}
+    kept: list[Node] = []
+    for node in reversed(graph.nodes):
+        if any(o in live for o in node.outputs if o):
+            kept.append(node)
+            live.update(i for i in node.inputs if i)
+    if len(kept) == len(graph.nodes):
+        return graph
+    return graph.replace(nodes=reversed(kept))
 
 
 def remove_identities(graph: Graph) -> Graph:
@@ -116,7 +131,7 @@ def _optional_pass(module: str, name: str) -> Callable[[Graph], Graph] | None:
 def prepare(graph: Graph, *, layout: str = "NHWC") -> Graph:
     """The passes a graph goes through before fusion, in order; ``layout="NCHW"`` keeps the
     model's layout (no :func:`~.layout.to_nhwc`)."""
-    graph = remove_identities(graph)
+    graph = remove_identities(remove_dead_nodes(graph))
     fold_qdq = _optional_pass(".quant", "fold_qdq")
     if fold_qdq is not None:
         graph = fold_qdq(graph)
