@@ -109,7 +109,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"tensorsearch model run: {args.model} on {hw.name}", file=sys.stderr)
     exe = compile_model(graph, hw, args.work_dir, layout=args.layout, progress=progress)
     print(file=sys.stderr)
-    feeds = random_inputs(proto, seed=args.seed)
+    feeds = random_inputs(_bound(proto, graph), seed=args.seed)
     got = exe(**{v.name: feeds[v.name] for v in graph.inputs})
     sess = _ort_session(proto)
     want = sess.run(None, feeds)
@@ -124,6 +124,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
     print(f"  latency     tensorsearch {a:.3f} ms   onnxruntime {b:.3f} ms   (onnxruntime / ours = {b / a:.2f}x)")
     return 0 if ok else 1
+
+
+def _bound(proto: Any, graph: Any) -> Any:
+    """``proto`` with its inputs' symbolic dimensions set to the graph's (what --input-shape bound)."""
+    bound = type(proto)()
+    bound.CopyFrom(proto)
+    shapes = {v.name: v.shape for v in graph.inputs}
+    for vi in bound.graph.input:
+        if vi.name in shapes:
+            for d, n in zip(vi.type.tensor_type.shape.dim, shapes[vi.name], strict=False):
+                d.dim_value = n
+    return bound
 
 
 def _ort_session(proto: Any) -> Any:
