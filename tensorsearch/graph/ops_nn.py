@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from .. import te
 from ..ir import PrimExpr, max_, min_
+from ..workloads import definitions
 from .ir import GraphError, Node, Value
 from .lowering import stage_name
 from .registry import Operand, OpKind, lowers
@@ -152,28 +153,11 @@ def _mul(a: PrimExpr, b: PrimExpr, acc: str) -> PrimExpr:
 
 
 def _pad(t: te.Tensor, before: Sequence[int], after: Sequence[int], value: PrimExpr | None = None) -> te.Tensor:
-    """``t`` padded with ``value`` (zero by default), written like ``workloads.definitions.pad``;
+    """``t`` padded with ``value`` (zero by default) as ``workloads.definitions.pad`` writes it;
     ``t`` itself when nothing is padded."""
     if not any(before) and not any(after):
         return t
-    in_shape = t.shape
-    shape = tuple(s + b + a for s, b, a in zip(in_shape, before, after, strict=True))
-    fill = te.const(0, t.dtype) if value is None else value
-
-    def body(*idx: PrimExpr) -> PrimExpr:
-        conds = []
-        src = []
-        for i, b, a, extent in zip(idx, before, after, in_shape, strict=True):
-            src.append(i - b if b else i)
-            if b:
-                conds.append(i >= b)
-            if a:
-                conds.append(i < extent + b)
-        if not conds:
-            return t[tuple(src)]
-        return te.if_then_else(te.all(*conds), t[tuple(src)], fill)
-
-    return te.compute(shape, body, name=stage_name("PadInput"))
+    return definitions.pad(t, before, after, name=stage_name("PadInput"), value=value)
 
 
 def _pad_spatial(t: te.Tensor, layout: str, begin: Sequence[int], end: Sequence[int], value=None) -> te.Tensor:

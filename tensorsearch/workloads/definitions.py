@@ -60,8 +60,15 @@ def _window(out: PrimExpr, red: PrimExpr, stride: int, dilation: int = 1) -> Pri
     return _scaled(out, stride) + _scaled(red, dilation)
 
 
-def pad(t: te.Tensor, before: Sequence[int], after: Sequence[int] | None = None, name: str = "PadInput") -> te.Tensor:
-    """Zero padding (TVM's ``topi.nn.pad``): ``before[d]``/``after[d]`` zeros around dimension d.
+def pad(
+    t: te.Tensor,
+    before: Sequence[int],
+    after: Sequence[int] | None = None,
+    name: str = "PadInput",
+    value: PrimExpr | None = None,
+) -> te.Tensor:
+    """Padding (TVM's ``topi.nn.pad``): ``before[d]``/``after[d]`` elements of ``value`` (zero by
+    default) around dimension d.
 
     The source index of a padded element lies outside the input; the element is the
     ``if_then_else``'s false value there, so the read in the true branch must not happen.
@@ -69,7 +76,7 @@ def pad(t: te.Tensor, before: Sequence[int], after: Sequence[int] | None = None,
     after = before if after is None else after
     in_shape = t.shape
     shape = tuple(s + b + a for s, b, a in zip(in_shape, before, after, strict=True))
-    zero = te.const(0, t.dtype)
+    fill = te.const(0, t.dtype) if value is None else value
 
     def body(*idx: PrimExpr) -> PrimExpr:
         conds = []
@@ -82,7 +89,7 @@ def pad(t: te.Tensor, before: Sequence[int], after: Sequence[int] | None = None,
                 conds.append(i < extent + b)
         if not conds:
             return t[tuple(src)]
-        return te.if_then_else(te.all(*conds), t[tuple(src)], zero)
+        return te.if_then_else(te.all(*conds), t[tuple(src)], fill)
 
     return te.compute(shape, body, name=name)
 
