@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import onnx
 import pytest
-from graph_util import model, random_feeds, run_lowered, run_ort, single
+from graph_util import check_against_ort, model, random_feeds, run_lowered, single
 from onnx import TensorProto, helper
 
 from tensorsearch.graph import onnx_import
@@ -24,15 +24,7 @@ F, I64, I32, B = "float32", "int64", "int32", "bool"
 
 def check(m: onnx.ModelProto, feeds=None, rtol: float = 1e-5, atol: float = 1e-6, seed: int = 0) -> None:
     """Our kernel against onnxruntime on ``feeds`` (default: seeded random inputs)."""
-    feeds = random_feeds(m, seed) if feeds is None else feeds
-    want = run_ort(m, feeds)
-    got = run_lowered(m, feeds)
-    for w, g in zip(want, got, strict=True):
-        assert g.shape == w.shape and g.dtype == w.dtype, (g.shape, g.dtype, w.shape, w.dtype)
-        if np.issubdtype(w.dtype, np.floating):
-            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
-        else:
-            np.testing.assert_array_equal(g, w)
+    check_against_ort(m, seed, rtol, atol, feeds=feeds)
 
 
 def reduction(m: onnx.ModelProto, feeds=None) -> None:
