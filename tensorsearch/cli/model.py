@@ -103,12 +103,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if not hw.runs_here:
         raise ValueError(f"--hardware {hw.name}: this machine cannot run code built for it (run needs the host)")
 
+    tty = sys.stderr.isatty()
+
     def progress(done: int, total: int, task: Any, source: str) -> None:
-        print(f"\r  compiled {done}/{total} tasks ({task.name}: {source})\033[K", end="", file=sys.stderr, flush=True)
+        if tty:  # one line, rewritten; a log gets the summary below only
+            print(
+                f"\r  compiling task {done}/{total} ({task.name}: {source})\033[K", end="", file=sys.stderr, flush=True
+            )
 
     print(f"tensorsearch model run: {args.model} on {hw.name}", file=sys.stderr)
     exe = compile_model(graph, hw, args.work_dir, layout=args.layout, progress=progress)
-    print(file=sys.stderr)
+    if tty:
+        print("\r\033[K", end="", file=sys.stderr, flush=True)  # the tasks line below says what was compiled
     feeds = random_inputs(_bound(proto, graph), seed=args.seed)
     got = exe(**{v.name: feeds[v.name] for v in graph.inputs})
     sess = _ort_session(proto)
