@@ -28,10 +28,11 @@ def test_model_tasks_lists_weighted_tasks(capsys):
 
 
 def test_model_run_compares_with_onnxruntime(capsys):
-    assert main(["model", "run", "mobilenet_v2", "--reduced", "--repeat", "2"]) == 0
+    assert main(["model", "run", "mobilenet_v2", "--reduced", "--repeat", "2", "--profile"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"output +output: max error \d\.\de-\d\d of the output's scale \(ok, top-1 same\)", out), out
     assert re.search(r"latency +tensorsearch [\d.]+ ms +onnxruntime [\d.]+ ms", out), out
+    assert re.search(r"fused_conv\w* \(\d+\): [\d.]+ ms, [\d.]+%, default", out), out
 
 
 def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):

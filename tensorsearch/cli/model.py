@@ -48,6 +48,9 @@ def add_parsers(sub: Any) -> None:
             q.add_argument("--work-dir", help="a tuning work dir whose best records compile the tasks they cover")
             q.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
             q.add_argument("--repeat", type=int, default=10, help="timed runs of each (default 10)")
+            q.add_argument(
+                "--profile", action="store_true", help="also time each kernel; print the tasks that take longest"
+            )
 
 
 def _input_shapes(specs: list[str]) -> dict[str, Any]:
@@ -129,7 +132,24 @@ def _cmd_run(args: argparse.Namespace) -> int:
     print(f"  tasks       {len(exe.tasks)} ({kinds}), compiled in {exe.compile_seconds:.1f} s")
     a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
     print(f"  latency     tensorsearch {a:.3f} ms   onnxruntime {b:.3f} ms   (onnxruntime / ours = {b / a:.2f}x)")
+    if args.profile:
+        _print_profile(exe)
     return 0 if ok else 1
+
+
+def _print_profile(exe: Any) -> None:
+    per_task: dict[str, float] = {}
+    for kernel, seconds in exe.profile():
+        per_task[kernel.task] = per_task.get(kernel.task, 0.0) + seconds
+    total = sum(per_task.values()) or 1.0
+    names = {t.key: t for t in exe.tasks}
+    print("  profile     task (weight): ms per run over all its kernels, share, source")
+    for key, seconds in sorted(per_task.items(), key=lambda kv: -kv[1])[:10]:
+        t = names[key]
+        print(
+            f"              {t.name} ({t.weight}): {seconds * 1e3:.3f} ms, {100 * seconds / total:.1f}%, "
+            f"{exe.sources[key]}"
+        )
 
 
 def _bound(proto: Any, graph: Any) -> Any:

@@ -197,6 +197,16 @@ class GraphExecutor:
         self.run()
         return self.outputs()
 
+    def profile(self, repeat: int = 3) -> list[tuple[Kernel, float]]:
+        """Each kernel with its median seconds per call over ``repeat`` runs (on the inputs set last)."""
+        samples: list[list[float]] = [[] for _ in self._calls]
+        for _ in range(repeat):
+            for k, call in enumerate(self._calls):
+                t0 = time.perf_counter()
+                call()
+                samples[k].append(time.perf_counter() - t0)
+        return [(kernel, sorted(s)[len(s) // 2]) for kernel, s in zip(self.kernels, samples, strict=True)]
+
     def time(self, *args: Any, repeat: int = 10, warmup: int = 1, **kwargs: Any) -> list[float]:
         """Seconds of each of ``repeat`` runs (after ``warmup`` runs) on the given inputs."""
         self.set_inputs(*args, **kwargs)
