@@ -17,7 +17,9 @@ Lowerings (registered with :mod:`.registry`):
 - ``QLinearMatMul``, ``MatMulInteger`` (anchors): N-D batched with numpy broadcasting; per-column
   weight scales and zero points.
 - ``QLinearAdd`` (injective, internal, onnxruntime's com.microsoft semantics): made by
-  :func:`fold_qdq` from ``DequantizeLinear x 2 -> Add -> QuantizeLinear``.
+  :func:`fold_qdq` from ``DequantizeLinear x 2 -> Add -> QuantizeLinear``; attribute
+  ``shift_to_uint8`` computes int8 as uint8 (every value and zero point + 128), as onnxruntime's
+  x86 QDQ fusion does, which changes the float rounding.
 
 Each integer operator is one reduction stage (``int32(x) * int32(w)`` summed in int32, the form of
 the int8 workloads in :mod:`tensorsearch.workloads.definitions`) followed by a separate
@@ -888,6 +890,10 @@ def _match_gemm(graph: Graph, gemm: Node, names: _Names) -> _Rewrite | None:
 
 
 def _match_add(graph: Graph, add: Node, names: _Names) -> _Rewrite | None:
+    """``DQ(a) + DQ(b) -> Q`` as onnxruntime's x86 QDQ fusion computes it: QLinearAdd in uint8
+    (int8 shifted by 128), except that an int8 constant input (a bias) stays int8 there, which
+    QLinearAdd cannot mix with uint8: onnxruntime adds in float then, and so does the graph left
+    as it is."""
     a = _activation(graph, add.inputs[0])
     b = _activation(graph, add.inputs[1])
     out = _quantized_output(graph, add.outputs[0])
@@ -895,6 +901,11 @@ def _match_add(graph: Graph, add: Node, names: _Names) -> _Rewrite | None:
         return None
     (a_dq, ap), (b_dq, bp), (q, between) = a, b, out
     yp = _qparams(graph, q)
+    dtypes = {graph.values[v].dtype for v in (a_dq.inputs[0], b_dq.inputs[0], q.outputs[0])}
+    if len(dtypes) != 1 or (
+        "int8" in dtypes and (graph.is_constant(a_dq.inputs[0]) or graph.is_constant(b_dq.inputs[0]))
+    ):
+        return None
     inputs = (a_dq.inputs[0], ap.scale, names.zero(ap, add.name), b_dq.inputs[0], bp.scale, names.zero(bp, add.name))
     inputs += (yp.scale, names.zero(yp, add.name))
     attrs = {SHIFT_TO_UINT8: 1} if graph.values[a_dq.inputs[0]].dtype == "int8" else {}
