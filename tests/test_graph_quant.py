@@ -20,7 +20,7 @@ from tensorsearch.graph import models
 from tensorsearch.graph.ir import Graph, GraphError, Node, Value
 from tensorsearch.graph.lowering import lower_nodes
 from tensorsearch.graph.onnx_import import from_onnx
-from tensorsearch.graph.quant import ZP_FOLDED, fold_qdq
+from tensorsearch.graph.quant import SHIFT_TO_UINT8, ZP_FOLDED, fold_qdq
 from tensorsearch.graph.registry import LOWERINGS, Lowering, OpKind, supported_ops
 from tensorsearch.runtime import build
 
@@ -377,10 +377,11 @@ def test_fold_add(float_ops, act, shape2):
     _assert_same(m, feeds, fold_qdq)
 
 
-@pytest.mark.parametrize("act", ["int8", "uint8"])
-def test_fold_add_at_rounding_boundaries(float_ops, act):
+@pytest.mark.parametrize("act, uint8_activations", [("int8", True), ("int8", False), ("uint8", True)])
+def test_fold_add_at_rounding_boundaries(float_ops, act, uint8_activations):
     """Every pair of inputs, with parameters for which MLAS's fused multiply-adds and its
-    constant ``zc - fma(ra, za, rb * zb)`` round differently from the other orders."""
+    constant ``zc - fma(ra, za, rb * zb)`` round differently from the other orders; int8 is
+    computed as onnxruntime's uint8 kernel computes it, made uint8 or not."""
     shift = 128 if act == "int8" else 0  # the parameters are those of the uint8 computation
     scales = {"xs": F32(0.038), "x2s": F32(0.0014), "ys": F32(0.084)}
     zeros = {"xz": np.array(169 - shift, act), "x2z": np.array(39 - shift, act), "yz": np.array(136 - shift, act)}
@@ -393,7 +394,9 @@ def test_fold_add_at_rounding_boundaries(float_ops, act):
         "x": ((a - int(zeros["xz"])) * scales["xs"]).astype(F32),
         "x2": ((b - int(zeros["x2z"])) * scales["x2s"]).astype(F32),
     }
-    _assert_same(m, feeds, fold_qdq)
+    folded = fold_qdq(from_onnx(m), uint8_activations=uint8_activations)
+    assert [n.attr(SHIFT_TO_UINT8, 0) for n in folded.nodes if n.op == "QLinearAdd"] == [int(not uint8_activations)]
+    _assert_same(m, feeds, lambda g: fold_qdq(g, uint8_activations=uint8_activations))
 
 
 def test_fold_add_of_an_int8_constant_stays_float(float_ops):
@@ -433,10 +436,21 @@ def test_fold_leaves_what_does_not_match(float_ops):
 # the built-in int8 models
 
 
+def _plain_dot_products(g: Graph) -> bool:
+    """Whether every conv/matmul by a weight reduces uint8 x int8 raw values (VNNI's form): its
+    activation zero point is 0 or folded into the bias."""
+    for n in g.nodes:
+        if n.op in ("QLinearConv", "QLinearMatMul") and g.is_constant(n.inputs[3]):
+            types = (g.values[n.inputs[0]].dtype, g.values[n.inputs[3]].dtype)
+            plain = n.attr(ZP_FOLDED) == 1 or not g.constants[n.inputs[2]].any()
+            if types != ("uint8", "int8") or not plain:
+                return False
+    return True
+
+
 def test_fold_resnet50_int8(float_ops):
-    g = from_onnx(models.load_model("resnet50_int8", reduced=True))
-    counts = fold_qdq(g).op_counts()
-    assert counts == {
+    g = fold_qdq(from_onnx(models.load_model("resnet50_int8", reduced=True)))
+    assert g.op_counts() == {
         "QuantizeLinear": 3,
         "QLinearConv": 17,
         "DequantizeLinear": 3,
@@ -446,12 +460,14 @@ def test_fold_resnet50_int8(float_ops):
         "Flatten": 1,
         "QLinearMatMul": 1,
     }
-    folded = [n for n in fold_qdq(g).nodes if n.op in ("QLinearConv", "QLinearMatMul") and n.attr(ZP_FOLDED)]
-    assert len(folded) == 17  # every conv after the first (zero point 0) and the classifier
+    assert _plain_dot_products(g)
+    assert {v.dtype for v in g.values.values() if v.dtype in ("int8", "uint8")} == {"int8", "uint8"}  # weights int8
 
 
 def test_fold_bert_base_int8(float_ops):
-    counts = fold_qdq(from_onnx(models.load_model("bert_base_int8", reduced=True))).op_counts()
+    g = fold_qdq(from_onnx(models.load_model("bert_base_int8", reduced=True)))
+    assert _plain_dot_products(g)
+    counts = g.op_counts()
     assert counts["QLinearMatMul"] == 17 and not {"MatMul", "Gemm"} & set(counts)
     # embeddings, residuals and the attention mask; the bias adds (an int8 constant) stay float
     assert counts["QLinearAdd"] == 8 and counts["Add"] == 14
@@ -490,8 +506,9 @@ def _task_reference(proto: onnx.ModelProto, inputs: list[str], output: str) -> o
 @pytest.mark.parametrize("name", ["resnet50_int8", "bert_base_int8"])
 def test_int8_model_tasks_match_onnxruntime_subgraphs(float_ops, name):
     """Every integer node of the folded model against onnxruntime running that node's QDQ
-    subgraph alone. Activations stay in [-128, 0): onnxruntime's uint8 form of them is then
-    below 128, where its AVX2 kernels do not saturate (see the module docstring)."""
+    subgraph alone. Activations stay in the lower half of their type's range: as uint8 (which
+    onnxruntime, like fold_qdq, makes of int8 ones) below 128, where its AVX2 kernels do not
+    saturate (see the module docstring)."""
     proto = models.load_model(name, reduced=True)
     g = fold_qdq(from_onnx(proto))
     consts = {t.name: onnx.numpy_helper.to_array(t) for t in proto.graph.initializer}
@@ -499,14 +516,18 @@ def test_int8_model_tasks_match_onnxruntime_subgraphs(float_ops, name):
     rng = _rng()
 
     def dequantize(q: np.ndarray, value: str) -> np.ndarray:
+        """``q`` (of the folded graph's type) by the parameters of the original QuantizeLinear."""
         scale, zero = (consts[i] for i in producers[value].input[1:3])
-        return ((q.astype(np.int32) - int(zero)) * F32(scale)).astype(F32)
+        shift = 128 if q.dtype == np.uint8 and zero.dtype == np.int8 else 0  # made uint8 by fold_qdq
+        return ((q.astype(np.int32) - shift - int(zero)) * F32(scale)).astype(F32)
 
     tasks = [n for n in g.nodes if n.op in ("QLinearConv", "QLinearMatMul", "QLinearAdd")]
     assert len(tasks) > 10
     for node in tasks:
         inputs = [i for i in node.inputs if i and not g.is_constant(i)]
-        feeds = {i: rng.integers(-128, 0, g.values[i].shape).astype(g.values[i].dtype) for i in inputs}
+        low = {"int8": -128, "uint8": 0}  # the lower half: see the docstring
+        feeds = {i: rng.integers(0, 128, g.values[i].shape) + low[g.values[i].dtype] for i in inputs}
+        feeds = {i: v.astype(g.values[i].dtype) for i, v in feeds.items()}
         out = node.outputs[0]
         sub = Graph(node.name, [node], [g.values[i] for i in inputs], [g.values[out]], g.values, g.constants)
         (got,) = _run_graph(sub, feeds)

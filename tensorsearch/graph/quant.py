@@ -608,7 +608,7 @@ def qlinear_add(node: Node, args: list[Operand | None], outs: list[Value]) -> li
 DROP_QDQ_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gather")
 
 
-def fold_qdq(graph: Graph, *, fold_constants: bool = True) -> Graph:
+def fold_qdq(graph: Graph, *, uint8_activations: bool = True, fold_constants: bool = True) -> Graph:
     """Rewrite an imported QDQ graph (onnxruntime's ``quantize_static`` format) into integer ops.
 
     In order: drop ``DequantizeLinear -> op -> QuantizeLinear`` around the data-movement ops of
@@ -627,6 +627,8 @@ def fold_qdq(graph: Graph, *, fold_constants: bool = True) -> Graph:
     """
     g = _rewrite(graph, _match_drop)
     g = _rewrite(g, _match_integer_op)
+    if uint8_activations:
+        g = _to_uint8(g)
     g = _fold_zero_points(g)
     if fold_constants:
         g = _fold_constant_dq(g)
@@ -975,6 +977,88 @@ def _weight_sums(node: Node, w: np.ndarray, wz: np.ndarray) -> np.ndarray | None
     if w.ndim != 2:  # a vector or a batch of weights: left to the reduction
         return None
     return (w - wz.reshape(1, -1)).sum(axis=0)
+
+
+# where a quantized activation may be uint8: op -> {input index: index of its zero point}
+_UINT8_READS = {
+    "DequantizeLinear": {0: 2},
+    "QLinearConv": {0: 2},
+    "QLinearMatMul": {0: 2, 3: 5},  # B when it is not a constant (a weight stays int8)
+    "QLinearAdd": {0: 2, 3: 5},
+}
+# op -> the index of its output's zero point
+_UINT8_WRITES = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7}
+
+
+def _to_uint8(graph: Graph) -> Graph:
+    """int8 activations as uint8, every value and zero point + 128, as onnxruntime does on x86:
+    integer results are the same, a convolution or matmul by an int8 weight becomes uint8 x
+    int8 (VNNI's form), and QLinearAdd rounds as onnxruntime's uint8 kernel. A value stays int8
+    when it is a graph input or output, or something other than these ops reads or writes it."""
+    chosen = {v for v, val in graph.values.items() if val.dtype == "int8" and not graph.is_output(v)}
+    chosen -= {v.name for v in graph.inputs}
+    changed = True
+    while changed:
+        bad = {v for v in chosen if not _uint8_ok(graph, v, chosen)}
+        chosen -= bad
+        changed = bool(bad)
+    if not chosen:
+        return graph
+    names = _Names(graph)
+    zeros: dict[str, str] = {}
+
+    def zero(node: Node, index: int) -> str:
+        old = _input(node, index)
+        if old not in zeros:
+            z = graph.constants[old] if old else np.zeros((), np.int8)
+            zeros[old] = names.add(f"{old or node.name + '/zero_point'}/uint8", _shifted(z))
+        return zeros[old]
+
+    nodes = []
+    for n in graph.nodes:
+        index = {zi for k, zi in _UINT8_READS.get(n.op, {}).items() if _input(n, k) in chosen}
+        if n.op in _UINT8_WRITES and n.outputs[0] in chosen:
+            index.add(_UINT8_WRITES[n.op])
+        inputs = list(n.inputs) + [""] * (max(index, default=0) + 1 - len(n.inputs))
+        for zi in index:
+            inputs[zi] = zero(n, zi)
+        attrs = {k: v for k, v in n.attrs.items() if not (k == SHIFT_TO_UINT8 and n.outputs[0] in chosen)}
+        nodes.append(Node(n.name, n.op, tuple(inputs), n.outputs, attrs, n.opset, n.domain) if index else n)
+    values = {k: Value(k, v.shape, "uint8") if k in chosen else v for k, v in graph.values.items()}
+    constants = {k: _shifted(v) if k in chosen else v for k, v in graph.constants.items()}
+    graph = graph.replace(values=values, constants=constants)
+    return names.apply(graph, nodes)
+
+
+def _shifted(arr: np.ndarray) -> np.ndarray:
+    return (arr.astype(np.int16) + 128).astype(np.uint8)
+
+
+def _uint8_ok(graph: Graph, value: str, chosen: set[str]) -> bool:
+    """Whether ``value`` can be uint8 when the values ``chosen`` are."""
+    p = graph.producer(value)
+    if p is not None:
+        if p.op in DROP_QDQ_OPS:
+            if p.inputs[0] not in chosen:
+                return False
+        elif p.op not in _UINT8_WRITES or (p.op == "QLinearAdd" and not {p.inputs[0], p.inputs[3]} <= chosen):
+            return False
+    elif not graph.is_constant(value):
+        return False
+    for c in graph.consumers(value):
+        for k, name in enumerate(c.inputs):
+            if name != value:
+                continue
+            if c.op in DROP_QDQ_OPS and k == 0:
+                ok = c.outputs[0] in chosen
+            elif k in _UINT8_READS.get(c.op, {}):
+                ok = not (c.op == "QLinearMatMul" and k == 3 and graph.is_constant(value))
+                ok = ok and (c.op != "QLinearAdd" or {c.inputs[0], c.inputs[3], c.outputs[0]} <= chosen)
+            else:
+                ok = False
+            if not ok:
+                return False
+    return True
 
 
 def _fold_constant_dq(graph: Graph) -> Graph:
