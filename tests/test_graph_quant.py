@@ -367,26 +367,34 @@ def test_fold_gemm(float_ops):
     _check(m, graph_pass=fold_qdq)
 
 
+@pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("act", ["int8", "uint8"])
 @pytest.mark.parametrize("shape2", [(2, 3, 8), (8,), (1, 3, 1), (1,)])
-def test_fold_add(float_ops, act, shape2):
-    core = [helper.make_node("Add", ["xf", "x2f"], ["yf"])]
+def test_fold_binary(float_ops, op, act, shape2):
+    core = [helper.make_node(op, ["xf", "x2f"], ["yf"])]
     m = _qdq_model(core, {"x": (2, 3, 8), "x2": shape2}, {}, act)
-    assert _folded(m) == {"QuantizeLinear": 2, "QLinearAdd": 1, "DequantizeLinear": 1}
+    assert _folded(m) == {"QuantizeLinear": 2, f"QLinear{op}": 1, "DequantizeLinear": 1}
     feeds = {k: v * 3 for k, v in random_feeds(m, 1).items()}  # reach the saturation too
     _assert_same(m, feeds, fold_qdq)
 
 
+# parameters (scales, uint8 zero points) for which the order of MLAS's float operations matters:
+# its fused multiply-adds and constant ``zc - fma(ra, za, rb * zb)`` (Add), its unfused
+# ``float(product) * (sa * sb / sc) + zc`` (Mul), and the uint8 zero points (both)
+_BOUNDARY_PARAMS = {"Add": (0.038, 0.0014, 0.084, 169, 39, 136), "Mul": (0.0055, 0.017, 0.0561, 84, 251, 6)}
+
+
+@pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("act, uint8_activations", [("int8", True), ("int8", False), ("uint8", True)])
-def test_fold_add_at_rounding_boundaries(float_ops, act, uint8_activations):
-    """Every pair of inputs, with parameters for which MLAS's fused multiply-adds and its
-    constant ``zc - fma(ra, za, rb * zb)`` round differently from the other orders; int8 is
-    computed as onnxruntime's uint8 kernel computes it, made uint8 or not."""
+def test_fold_binary_at_rounding_boundaries(float_ops, op, act, uint8_activations):
+    """Every pair of inputs; int8 computed as onnxruntime's uint8 kernel computes it, whether
+    fold_qdq makes it uint8 or not."""
+    xs, x2s, ys, xz, x2z, yz = _BOUNDARY_PARAMS[op]
     shift = 128 if act == "int8" else 0  # the parameters are those of the uint8 computation
-    scales = {"xs": F32(0.038), "x2s": F32(0.0014), "ys": F32(0.084)}
-    zeros = {"xz": np.array(169 - shift, act), "x2z": np.array(39 - shift, act), "yz": np.array(136 - shift, act)}
+    scales = {"xs": F32(xs), "x2s": F32(x2s), "ys": F32(ys)}
+    zeros = {"xz": np.array(xz - shift, act), "x2z": np.array(x2z - shift, act), "yz": np.array(yz - shift, act)}
     m = _qdq_model(
-        [helper.make_node("Add", ["xf", "x2f"], ["yf"])], {"x": (256, 256), "x2": (256, 256)}, {**scales, **zeros}, act
+        [helper.make_node(op, ["xf", "x2f"], ["yf"])], {"x": (256, 256), "x2": (256, 256)}, {**scales, **zeros}, act
     )
     lo, hi = _RANGE[act]
     a, b = np.meshgrid(np.arange(lo, hi + 1), np.arange(lo, hi + 1), indexing="ij")
@@ -395,7 +403,9 @@ def test_fold_add_at_rounding_boundaries(float_ops, act, uint8_activations):
         "x2": ((b - int(zeros["x2z"])) * scales["x2s"]).astype(F32),
     }
     folded = fold_qdq(from_onnx(m), uint8_activations=uint8_activations)
-    assert [n.attr(SHIFT_TO_UINT8, 0) for n in folded.nodes if n.op == "QLinearAdd"] == [int(not uint8_activations)]
+    assert [n.attr(SHIFT_TO_UINT8, 0) for n in folded.nodes if n.op == f"QLinear{op}"] == [
+        int(act == "int8" and not uint8_activations)
+    ]
     _assert_same(m, feeds, lambda g: fold_qdq(g, uint8_activations=uint8_activations))
 
 
@@ -415,6 +425,20 @@ def test_fold_add_broadcast_scalar_first(float_ops):
     core = [helper.make_node("Add", ["x2f", "xf"], ["yf"])]
     m = _qdq_model(core, {"x": (2, 3, 8), "x2": (1, 3, 1)}, {})
     _check(m, graph_pass=fold_qdq)
+
+
+def test_fold_global_average_pool(float_ops):
+    m = _qdq_model([helper.make_node("GlobalAveragePool", ["xf"], ["yf"])], {"x": (2, 5, 7, 9)}, {})
+    assert _folded(m) == {"QuantizeLinear": 1, "QLinearGlobalAveragePool": 1, "DequantizeLinear": 1}
+    _assert_same(m, {k: v * 3 for k, v in random_feeds(m).items()}, fold_qdq)
+
+
+@pytest.mark.parametrize("act", ["int8", "uint8"])
+def test_fold_softmax(float_ops, act):
+    inits = {"xs": F32(0.13), "ys": F32(1 / 256), "yz": _zp(act, -128, 0)}
+    m = _qdq_model([helper.make_node("Softmax", ["xf"], ["yf"], axis=-1)], {"x": (4, 6, 16)}, inits, act)
+    assert _folded(m) == {"QuantizeLinear": 1, "QLinearSoftmax": 1, "DequantizeLinear": 1}
+    _assert_same(m, {k: v * 4 for k, v in random_feeds(m).items()}, fold_qdq)
 
 
 def test_fold_leaves_what_does_not_match(float_ops):
@@ -451,12 +475,12 @@ def _plain_dot_products(g: Graph) -> bool:
 def test_fold_resnet50_int8(float_ops):
     g = fold_qdq(from_onnx(models.load_model("resnet50_int8", reduced=True)))
     assert g.op_counts() == {
-        "QuantizeLinear": 3,
+        "QuantizeLinear": 2,
         "QLinearConv": 17,
-        "DequantizeLinear": 3,
+        "DequantizeLinear": 2,
         "MaxPool": 1,
         "QLinearAdd": 4,
-        "GlobalAveragePool": 1,
+        "QLinearGlobalAveragePool": 1,
         "Flatten": 1,
         "QLinearMatMul": 1,
     }
@@ -471,7 +495,7 @@ def test_fold_bert_base_int8(float_ops):
     assert counts["QLinearMatMul"] == 17 and not {"MatMul", "Gemm"} & set(counts)
     # embeddings, residuals and the attention mask; the bias adds (an int8 constant) stay float
     assert counts["QLinearAdd"] == 8 and counts["Add"] == 14
-    assert counts["LayerNormalization"] == 5 and counts["Softmax"] == 2
+    assert counts["QLinearSoftmax"] == 2 and counts["QLinearMul"] == 2 and counts["LayerNormalization"] == 5
 
 
 def _task_reference(proto: onnx.ModelProto, inputs: list[str], output: str) -> onnx.ModelProto:
@@ -521,7 +545,7 @@ def test_int8_model_tasks_match_onnxruntime_subgraphs(float_ops, name):
         shift = 128 if q.dtype == np.uint8 and zero.dtype == np.int8 else 0  # made uint8 by fold_qdq
         return ((q.astype(np.int32) - shift - int(zero)) * F32(scale)).astype(F32)
 
-    tasks = [n for n in g.nodes if n.op in ("QLinearConv", "QLinearMatMul", "QLinearAdd")]
+    tasks = [n for n in g.nodes if n.op.startswith("QLinear")]
     assert len(tasks) > 10
     for node in tasks:
         inputs = [i for i in node.inputs if i and not g.is_constant(i)]

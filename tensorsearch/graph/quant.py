@@ -1,11 +1,11 @@
 """int8 inference: QuantizeLinear/DequantizeLinear, the integer operators, and the pass that folds
-an imported QDQ graph into them.
+an imported QDQ graph into them, computing what onnxruntime's x86 CPU fusion of it computes.
 
     from tensorsearch.graph import models
     from tensorsearch.graph.onnx_import import from_onnx
     from tensorsearch.graph.quant import fold_qdq
     g = fold_qdq(from_onnx(models.load_model("resnet50_int8", reduced=True)))
-    g.op_counts()   # {'QuantizeLinear': 1, 'QLinearConv': 17, 'QLinearAdd': 4, 'QLinearMatMul': 1, ...}
+    g.op_counts()   # {'QuantizeLinear': 2, 'QLinearConv': 17, 'QLinearAdd': 4, 'QLinearMatMul': 1, ...}
 
 Lowerings (registered with :mod:`.registry`):
 
@@ -16,29 +16,33 @@ Lowerings (registered with :mod:`.registry`):
   dilations, ``auto_pad``; per-channel weight scales and zero points.
 - ``QLinearMatMul``, ``MatMulInteger`` (anchors): N-D batched with numpy broadcasting; per-column
   weight scales and zero points.
-- ``QLinearAdd`` (injective, internal, onnxruntime's com.microsoft semantics): made by
-  :func:`fold_qdq` from ``DequantizeLinear x 2 -> Add -> QuantizeLinear``; attribute
-  ``shift_to_uint8`` computes int8 as uint8 (every value and zero point + 128), as onnxruntime's
-  x86 QDQ fusion does, which changes the float rounding.
+- Internal, with onnxruntime's com.microsoft semantics, made by :func:`fold_qdq`: ``QLinearAdd``,
+  ``QLinearMul`` (injective, numpy broadcasting), ``QLinearGlobalAveragePool`` and
+  ``QLinearSoftmax`` (last axis; input 5 is its lookup table, :func:`softmax_table`) (reductions).
+  Attribute ``shift_to_uint8`` on an int8 QLinearAdd/QLinearMul computes it as uint8 (every
+  value and zero point + 128), as onnxruntime's x86 QDQ fusion does: that changes the rounding.
 
-Each integer operator is one reduction stage (``int32(x) * int32(w)`` summed in int32, the form of
-the int8 workloads in :mod:`tensorsearch.workloads.definitions`) followed by a separate
-requantizing epilogue stage; a convolution's padding is a stage before the reduction that pads
-with the activation zero point. Two internal extensions, both written by :func:`fold_qdq`:
-``QLinearMatMul`` takes an optional int32 bias at input 8 (as ``QLinearConv`` does), and
-``ConvInteger``/``MatMulInteger`` one at input 4; and ``attrs["x_zero_point_folded"] == 1`` says the
-bias already holds ``-x_zero_point * sum_k (w - w_zero_point)``, so the reduction multiplies the raw
-activation: a plain int8 dot product. Without the flag the zero points are subtracted inside the
-reduction.
+Each conv/matmul is one reduction stage (``int32(x) * int32(w)`` summed in int32, the form of the
+int8 workloads in :mod:`tensorsearch.workloads.definitions`) followed by a separate requantizing
+epilogue stage; a convolution's padding is a stage before the reduction that pads with the
+activation zero point. Internal extensions, written by :func:`fold_qdq`: ``QLinearMatMul`` takes
+an optional int32 bias at input 8 (as ``QLinearConv`` does), ``ConvInteger``/``MatMulInteger``
+one at input 4; ``attrs["x_zero_point_folded"] == 1`` says the bias already holds
+``-x_zero_point * sum_k (w - w_zero_point)``, so the reduction multiplies the raw activation (a
+plain int8 dot product). Without the flag the zero points are subtracted inside the reduction.
 
 Arithmetic is bit-exact with onnxruntime's CPU kernels (MLAS): quantize is
 ``saturate(round_half_even(x / scale) + zp)`` (a float32 division, clamped in float before the
 rounding); requantize is ``saturate(round_half_even(float(acc + bias) * s) + y_zp)`` with the
 float32 scale ``s = x_scale * w_scale / y_scale`` evaluated left to right; dequantize is
-``float(int32(q) - zp) * scale``. ``QLinearAdd`` follows MLAS's AVX2 kernel, two fused
-multiply-adds (emulated exactly in float64). Where onnxruntime's result is exact integer
-arithmetic: on x86 CPUs without VNNI its u8 x s8 kernels (``vpmaddubsw``) saturate a pair of
-products at int16, which an exact int32 accumulation does not reproduce.
+``float(int32(q) - zp) * scale``. QLinearAdd follows MLAS's AVX2 kernel (two fused
+multiply-adds, emulated exactly in float64), QLinearMul its SSE2 kernel (no FMA), the pool and
+the softmax their kernels. Float products that a consumer could contract into an FMA (the
+tuner's builds contract ``a * b + c``) are computed in float64 and rounded once, which an FMA
+cannot fuse. One place where onnxruntime is not exact integer arithmetic: on x86 CPUs without
+VNNI its u8 x s8 kernels (``vpmaddubsw``) saturate a pair of products at int16, which an exact
+int32 accumulation does not reproduce (weights within [-64, 64] or activations below 128 never
+reach it).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ from .ir import Graph, GraphError, Node, Value
 from .lowering import stage_name
 from .registry import Operand, OpKind, lowers
 
-__all__ = ["DROP_QDQ_OPS", "SHIFT_TO_UINT8", "ZP_FOLDED", "fold_qdq"]
+__all__ = ["DROP_QDQ_OPS", "SHIFT_TO_UINT8", "ZP_FOLDED", "fold_qdq", "softmax_table"]
 
 _RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
 _F32 = "float32"
@@ -564,16 +568,10 @@ def _scalar_const(arg: Operand | None, what: str, default: float = 0) -> float:
 def qlinear_add(node: Node, args: list[Operand | None], outs: list[Value]) -> list[te.Tensor]:
     a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp = _args(args, 8)
     out = outs[0]
-    for dtype, what in ((a.dtype, "input A"), (b.dtype, "input B"), (out.dtype, "output")):
-        _qtype(dtype, what)
-    if len({a.dtype, b.dtype, out.dtype}) != 1:
-        raise GraphError(f"input and output types differ ({a.dtype}, {b.dtype}, {out.dtype})")
-    scales = ((a_scale, "A_scale"), (b_scale, "B_scale"), (c_scale, "C_scale"))
-    sa, sb, sc = (np.float32(_scalar_const(s, what, 1.0)) for s, what in scales)
-    zeros = ((a_zp, "A_zero_point"), (b_zp, "B_zero_point"), (c_zp, "C_zero_point"))
-    # onnxruntime's x86 QDQ fusion runs int8 in uint8: every value and zero point + 128
-    shift = 128 if a.dtype == "int8" and node.attr(SHIFT_TO_UINT8, 0) else 0
-    za, zb, zc = (int(_scalar_const(z, what)) + shift for z, what in zeros)
+    _binary_types(a, b, out)
+    sa, sb, sc = _binary_scales(a_scale, b_scale, c_scale)
+    shift = _binary_shift(node, a)
+    za, zb, zc = _binary_zeros((a_zp, b_zp, c_zp), shift)
     ra, rb = np.float32(sa / sc), np.float32(sb / sc)
     path = _broadcast_path(a.shape, b.shape, out.shape)
     # MLAS's kernel takes (P, Q) = (A, B), or (B, A) when A is the broadcast scalar, and computes
@@ -600,6 +598,137 @@ def qlinear_add(node: Node, args: list[Operand | None], outs: list[Value]) -> li
     return [te.compute(out.shape or (1,), body, name=stage_name("qlinear_add"))]
 
 
+@lowers("QLinearMul", kind=OpKind.INJECTIVE)
+def qlinear_mul(node: Node, args: list[Operand | None], outs: list[Value]) -> list[te.Tensor]:
+    """MLAS's SSE2 kernel: ``float((a - za) * (b - zb)) * (sa * sb / sc) + zc``, rounded half to
+    even and saturated (the product exact in int32, then two float32 roundings)."""
+    a, a_scale, a_zp, b, b_scale, b_zp, c_scale, c_zp = _args(args, 8)
+    out = outs[0]
+    _binary_types(a, b, out)
+    sa, sb, sc = _binary_scales(a_scale, b_scale, c_scale)
+    shift = _binary_shift(node, a)
+    za, zb, zc = _binary_zeros((a_zp, b_zp, c_zp), shift)
+    ratio = const(float(np.float32(np.float32(sa * sb) / sc)), _F32)
+    lo, hi = (0, 255) if shift else _RANGE[out.dtype]
+
+    def body(*o: PrimExpr) -> PrimExpr:
+        va = te.cast(_broadcast_load(a.tensor, a.shape, o), _I32) - (za - shift)
+        vb = te.cast(_broadcast_load(b.tensor, b.shape, o), _I32) - (zb - shift)
+        c = _exact_f32_mul(te.cast(va * vb, _F32), ratio) + const(float(zc), _F32)
+        q = _saturate_round(c, const(float(lo), _F32), const(float(hi), _F32))
+        return te.cast(q - shift if shift else q, out.dtype)
+
+    return [te.compute(out.shape or (1,), body, name=stage_name("qlinear_mul"))]
+
+
+def _binary_types(a: Operand, b: Operand, out: Value) -> None:
+    for dtype, what in ((a.dtype, "input A"), (b.dtype, "input B"), (out.dtype, "output")):
+        _qtype(dtype, what)
+    if len({a.dtype, b.dtype, out.dtype}) != 1:
+        raise GraphError(f"input and output types differ ({a.dtype}, {b.dtype}, {out.dtype})")
+
+
+def _binary_scales(*scales: Operand | None) -> tuple[np.float32, ...]:
+    return tuple(np.float32(_scalar_const(s, w, 1.0)) for s, w in zip(scales, ("A_scale", "B_scale", "C_scale")))
+
+
+def _binary_shift(node: Node, a: Operand) -> int:
+    """128 where an int8 operator computes in uint8, as onnxruntime's x86 QDQ fusion does."""
+    return 128 if a.dtype == "int8" and node.attr(SHIFT_TO_UINT8, 0) else 0
+
+
+def _binary_zeros(zeros: Sequence[Operand | None], shift: int) -> tuple[int, ...]:
+    names = ("A_zero_point", "B_zero_point", "C_zero_point")
+    return tuple(int(_scalar_const(z, w)) + shift for z, w in zip(zeros, names, strict=True))
+
+
+@lowers("QLinearGlobalAveragePool", kind=OpKind.REDUCTION)
+def qlinear_global_average_pool(node: Node, args: list[Operand | None], outs: list[Value]) -> list[te.Tensor]:
+    """MLAS's: ``sum(x) - x_zp * n`` in int32, requantized by ``x_scale / (y_scale * n)``."""
+    x, x_scale, x_zp, y_scale, y_zp = _args(args, 5)
+    out = outs[0]
+    _qtype(x.dtype, "input")
+    _qtype(out.dtype, "output")
+    channels_last = bool(node.attr("channels_last", 0)) or node.attr("layout", "NCHW") == "NHWC"
+    spatial = list(range(1, len(x.shape) - 1)) if channels_last else list(range(2, len(x.shape)))
+    if not spatial:
+        raise GraphError(f"input rank {len(x.shape)} has no spatial dimensions")
+    count = int(np.prod([x.shape[d] for d in spatial]))
+    xs, ys = (np.float32(_scalar_const(s, w, 1.0)) for s, w in ((x_scale, "x_scale"), (y_scale, "y_scale")))
+    xz = int(_scalar_const(x_zp, "x_zero_point"))
+    scale = const(float(np.float32(xs / np.float32(ys * np.float32(count)))), _F32)
+    red = [te.reduce_axis((0, x.shape[d]), name=f"r{d}") for d in spatial]
+
+    def total(*o: PrimExpr) -> te.Reduce:
+        idx = list(o)
+        for d, r in zip(spatial, red, strict=True):
+            idx[d] = r
+        return te.sum(te.cast(x.tensor[tuple(idx)], _I32), axis=red)
+
+    acc = te.compute(out.shape, total, name=stage_name("global_avg_pool_sum"))
+    yz = _param(y_zp, None, _I32)
+    bias = -xz * count
+    return [
+        te.compute(
+            out.shape,
+            lambda *o: _requantize(acc[o] + bias if bias else acc[o], scale, yz, out.dtype),
+            name=stage_name("requantize"),
+        )
+    ]
+
+
+@lowers("QLinearSoftmax", kind=OpKind.REDUCTION)
+def qlinear_softmax(node: Node, args: list[Operand | None], outs: list[Value]) -> list[te.Tensor]:
+    """onnxruntime's lookup-table softmax over the last axis: with ``t`` the float32 table
+    ``exp((k - 255 + shift) * x_scale)`` (input 5, built by :func:`softmax_table`) and
+    ``k = 255 + x - max(x)``, ``y = saturate(round(t[k] * floor(1 / y_scale) / sum t[k]) + y_zp)``,
+    the sum accumulated in float32 in the axis' order."""
+    x, _, _, y_scale, y_zp, table = _args(args, 6)
+    out = outs[0]
+    _qtype(x.dtype, "input")
+    _qtype(out.dtype, "output")
+    rank = len(x.shape)
+    axis = int(node.attr("axis", -1))
+    if (axis + rank if axis < 0 else axis) != rank - 1:
+        raise GraphError(f"attribute axis={axis} is not supported (supported: the last axis)")
+    if table is None or table.value.shape != (256,) or table.dtype != _F32:
+        raise GraphError("input 5, the float32[256] lookup table that fold_qdq builds, is missing")
+    ys = np.float32(_scalar_const(y_scale, "y_scale", 1.0))
+    inv = const(float(np.floor(np.float32(1) / ys)), _F32)
+    yz = int(_scalar_const(y_zp, "y_zero_point"))
+    lo, hi = _RANGE[out.dtype]
+    rows, extent = tuple(x.shape[:-1]) or (1,), x.shape[-1]
+
+    def at(row: Sequence[PrimExpr], k: PrimExpr) -> tuple[PrimExpr, ...]:
+        return (*row, k) if rank > 1 else (k,)
+
+    r_max, r_sum = te.reduce_axis((0, extent), name="k"), te.reduce_axis((0, extent), name="k")
+    x_max = te.compute(
+        rows, lambda *r: te.max(te.cast(x.tensor[at(r, r_max)], _I32), axis=r_max), name=stage_name("softmax_max")
+    )
+
+    def exp_of(row: Sequence[PrimExpr], k: PrimExpr) -> PrimExpr:
+        return table.tensor[te.cast(x.tensor[at(row, k)], _I32) + (255 - x_max[row])]
+
+    total = te.compute(rows, lambda *r: te.sum(exp_of(r, r_sum), axis=r_sum), name=stage_name("softmax_sum"))
+
+    def body(*o: PrimExpr) -> PrimExpr:
+        row = o[:-1] if rank > 1 else (0,)
+        q = te.cast(call("round", exp_of(row, o[-1]) * inv / total[row]), _I32) + yz
+        return te.cast(Min(const(hi, _I32), Max(const(lo, _I32), q)), out.dtype)
+
+    return [te.compute(out.shape, body, name=stage_name("qlinear_softmax"))]
+
+
+def softmax_table(x_scale: float, extent: int) -> np.ndarray:
+    """onnxruntime's QLinearSoftmax table for a softmax over ``extent`` values:
+    ``float32(exp((k - 255 + shift) * x_scale))``, in double with the C library's ``exp``, where
+    ``shift = max(0, log(FLT_MAX / extent) - 5) / x_scale`` keeps the sums finite."""
+    largest = np.float32(np.finfo(np.float32).max / np.float32(extent))
+    shift = max(0.0, math.log(float(largest)) - 5) / float(np.float32(x_scale))
+    return np.array([math.exp((k - 255 + shift) * float(np.float32(x_scale))) for k in range(256)]).astype(np.float32)
+
+
 # ---------------------------------------------------------------------------------------------
 # fold_qdq: QDQ patterns -> integer operators
 
@@ -609,20 +738,26 @@ DROP_QDQ_OPS = ("Reshape", "Transpose", "Flatten", "Squeeze", "Unsqueeze", "Gath
 
 
 def fold_qdq(graph: Graph, *, uint8_activations: bool = True, fold_constants: bool = True) -> Graph:
-    """Rewrite an imported QDQ graph (onnxruntime's ``quantize_static`` format) into integer ops.
+    """Rewrite an imported QDQ graph (onnxruntime's ``quantize_static`` format) into integer ops,
+    as onnxruntime's x86 CPU fusion of each pattern computes it.
 
     In order: drop ``DequantizeLinear -> op -> QuantizeLinear`` around the data-movement ops of
     :data:`DROP_QDQ_OPS` when both use the same parameters; fold ``DQ(x), DQ(w), [DQ(int32
     bias)] -> Conv -> [Relu] -> Q`` into ``QLinearConv``, the same around ``MatMul`` into
-    ``QLinearMatMul``, ``Gemm`` (alpha = beta = 1, B constant) into ``QLinearMatMul`` with the
-    transposed weight and the bias, ``DQ(a) + DQ(b) -> Q`` into ``QLinearAdd`` (a Relu before the
-    Q is dropped when the Q's zero point is the type's minimum: the Q saturates there already);
+    ``QLinearMatMul``, ``Gemm`` (alpha = beta = 1, B constant) into ``QLinearMatMul`` of the
+    [K, N] weight plus the bias, ``DQ(a) + DQ(b) -> Q`` into ``QLinearAdd`` (``*``:
+    ``QLinearMul``) unless an int8 input is a constant (onnxruntime computes that in float),
+    ``DQ -> GlobalAveragePool -> Q`` and ``DQ -> Softmax -> Q`` into ``QLinearGlobalAveragePool``
+    and ``QLinearSoftmax``; a Relu before the Q is dropped when the Q's zero point is the type's
+    minimum (the Q saturates there already). With ``uint8_activations``, make the int8
+    activations uint8 (values and zero points + 128, as onnxruntime does on x86): the same
+    integers, but every conv/matmul by an int8 weight becomes uint8 x int8 (VNNI's form). Then
     precompute each constant weight's activation-zero-point correction into the bias (attribute
     ``x_zero_point_folded``); with ``fold_constants``, evaluate the DequantizeLinear nodes left
-    over constant inputs into float constants (onnxruntime's arithmetic); drop dead nodes.
+    over constants into float constants (onnxruntime's arithmetic); drop dead nodes.
 
-    What does not match stays as it is: a DequantizeLinear feeding float ops (LayerNorm,
-    Softmax, GELU), an op whose output has consumers besides its QuantizeLinear, non-constant or
+    What does not match stays as it is: a DequantizeLinear feeding float ops (LayerNorm, GELU's
+    Div and Erf), an op whose output has consumers besides its QuantizeLinear, non-constant or
     per-channel activation parameters, a bias whose scale is not ``x_scale * w_scale``.
     """
     g = _rewrite(graph, _match_drop)
@@ -891,35 +1026,69 @@ def _match_gemm(graph: Graph, gemm: Node, names: _Names) -> _Rewrite | None:
     return _Rewrite(q, node, (gemm, *between))
 
 
-def _match_add(graph: Graph, add: Node, names: _Names) -> _Rewrite | None:
-    """``DQ(a) + DQ(b) -> Q`` as onnxruntime's x86 QDQ fusion computes it: QLinearAdd in uint8
-    (int8 shifted by 128), except that an int8 constant input (a bias) stays int8 there, which
-    QLinearAdd cannot mix with uint8: onnxruntime adds in float then, and so does the graph left
-    as it is."""
-    a = _activation(graph, add.inputs[0])
-    b = _activation(graph, add.inputs[1])
-    out = _quantized_output(graph, add.outputs[0])
+def _match_binary(graph: Graph, op: Node, names: _Names) -> _Rewrite | None:
+    """``DQ(a) + DQ(b) -> Q`` (or ``*``) as onnxruntime's x86 QDQ fusion computes it:
+    QLinearAdd/QLinearMul in uint8 (int8 shifted by 128), except that an int8 constant input (a
+    bias) stays int8 there, which these cannot mix with uint8: onnxruntime computes in float then,
+    and so does the graph left as it is."""
+    a = _activation(graph, op.inputs[0])
+    b = _activation(graph, op.inputs[1])
+    out = _quantized_output(graph, op.outputs[0])
     if a is None or b is None or out is None:
         return None
     (a_dq, ap), (b_dq, bp), (q, between) = a, b, out
     yp = _qparams(graph, q)
     dtypes = {graph.values[v].dtype for v in (a_dq.inputs[0], b_dq.inputs[0], q.outputs[0])}
-    if len(dtypes) != 1 or (
-        "int8" in dtypes and (graph.is_constant(a_dq.inputs[0]) or graph.is_constant(b_dq.inputs[0]))
-    ):
+    constant = graph.is_constant(a_dq.inputs[0]) or graph.is_constant(b_dq.inputs[0])
+    if len(dtypes) != 1 or ("int8" in dtypes and constant):
         return None
-    inputs = (a_dq.inputs[0], ap.scale, names.zero(ap, add.name), b_dq.inputs[0], bp.scale, names.zero(bp, add.name))
-    inputs += (yp.scale, names.zero(yp, add.name))
-    attrs = {SHIFT_TO_UINT8: 1} if graph.values[a_dq.inputs[0]].dtype == "int8" else {}
-    node = Node(add.name, "QLinearAdd", inputs, (q.outputs[0],), attrs, 1, "com.microsoft")
-    return _Rewrite(q, node, (add, *between))
+    inputs = (a_dq.inputs[0], ap.scale, names.zero(ap, op.name), b_dq.inputs[0], bp.scale, names.zero(bp, op.name))
+    inputs += (yp.scale, names.zero(yp, op.name))
+    attrs = {SHIFT_TO_UINT8: 1} if "int8" in dtypes else {}
+    node = Node(op.name, f"QLinear{op.op}", inputs, (q.outputs[0],), attrs, 1, "com.microsoft")
+    return _Rewrite(q, node, (op, *between))
+
+
+def _match_softmax(graph: Graph, softmax: Node, names: _Names) -> _Rewrite | None:
+    """``DQ(x) -> Softmax (last axis) -> Q`` as onnxruntime's lookup-table QLinearSoftmax."""
+    x = _activation(graph, softmax.inputs[0])
+    out = _quantized_output(graph, softmax.outputs[0])
+    shape = graph.values[softmax.inputs[0]].shape
+    axis = int(softmax.attr("axis", -1 if softmax.opset >= 13 else 1))
+    if x is None or out is None or (axis + len(shape) if axis < 0 else axis) != len(shape) - 1:
+        return None
+    (x_dq, xp), (q, between) = x, out
+    if graph.values[x_dq.inputs[0]].dtype != graph.values[q.outputs[0]].dtype:
+        return None
+    yp = _qparams(graph, q)
+    table = names.add(f"{softmax.name}/exp_table", softmax_table(float(xp.scale_value.reshape(-1)[0]), shape[-1]))
+    inputs = (x_dq.inputs[0], xp.scale, names.zero(xp, softmax.name), yp.scale, names.zero(yp, softmax.name), table)
+    attrs = {"axis": -1, "opset": 13}
+    node = Node(softmax.name, "QLinearSoftmax", inputs, (q.outputs[0],), attrs, 1, "com.microsoft")
+    return _Rewrite(q, node, (softmax, *between))
+
+
+def _match_global_average_pool(graph: Graph, pool: Node, names: _Names) -> _Rewrite | None:
+    x = _activation(graph, pool.inputs[0])
+    out = _quantized_output(graph, pool.outputs[0])
+    if x is None or out is None or graph.values[x[0].inputs[0]].dtype != graph.values[out[0].outputs[0]].dtype:
+        return None
+    (x_dq, xp), (q, between) = x, out
+    yp = _qparams(graph, q)
+    inputs = (x_dq.inputs[0], xp.scale, names.zero(xp, pool.name), yp.scale, names.zero(yp, pool.name))
+    attrs = {"channels_last": 0, **({"layout": pool.attr("layout")} if pool.attr("layout") else {})}
+    node = Node(pool.name, "QLinearGlobalAveragePool", inputs, (q.outputs[0],), attrs, 1, "com.microsoft")
+    return _Rewrite(q, node, (pool, *between))
 
 
 _MATCHERS: dict[str, _Matcher] = {
     "Conv": _match_conv,
     "MatMul": _match_matmul,
     "Gemm": _match_gemm,
-    "Add": _match_add,
+    "Add": _match_binary,
+    "Mul": _match_binary,
+    "GlobalAveragePool": _match_global_average_pool,
+    "Softmax": _match_softmax,
 }
 
 # op -> input indices of (x, x zero point, w, w zero point, bias)
@@ -985,9 +1154,21 @@ _UINT8_READS = {
     "QLinearConv": {0: 2},
     "QLinearMatMul": {0: 2, 3: 5},  # B when it is not a constant (a weight stays int8)
     "QLinearAdd": {0: 2, 3: 5},
+    "QLinearMul": {0: 2, 3: 5},
+    "QLinearGlobalAveragePool": {0: 2},
+    "QLinearSoftmax": {0: 2},
 }
 # op -> the index of its output's zero point
-_UINT8_WRITES = {"QuantizeLinear": 2, "QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7}
+_UINT8_WRITES = {
+    "QuantizeLinear": 2,
+    "QLinearConv": 7,
+    "QLinearMatMul": 7,
+    "QLinearAdd": 7,
+    "QLinearMul": 7,
+    "QLinearGlobalAveragePool": 4,
+    "QLinearSoftmax": 4,
+}
+_BINARY = ("QLinearAdd", "QLinearMul")  # all of A, B and the output are uint8, or none
 
 
 def _to_uint8(graph: Graph) -> Graph:
@@ -1041,7 +1222,7 @@ def _uint8_ok(graph: Graph, value: str, chosen: set[str]) -> bool:
         if p.op in DROP_QDQ_OPS:
             if p.inputs[0] not in chosen:
                 return False
-        elif p.op not in _UINT8_WRITES or (p.op == "QLinearAdd" and not {p.inputs[0], p.inputs[3]} <= chosen):
+        elif p.op not in _UINT8_WRITES or (p.op in _BINARY and not {p.inputs[0], p.inputs[3]} <= chosen):
             return False
     elif not graph.is_constant(value):
         return False
@@ -1053,7 +1234,7 @@ def _uint8_ok(graph: Graph, value: str, chosen: set[str]) -> bool:
                 ok = c.outputs[0] in chosen
             elif k in _UINT8_READS.get(c.op, {}):
                 ok = not (c.op == "QLinearMatMul" and k == 3 and graph.is_constant(value))
-                ok = ok and (c.op != "QLinearAdd" or {c.inputs[0], c.inputs[3], c.outputs[0]} <= chosen)
+                ok = ok and (c.op not in _BINARY or {c.inputs[0], c.inputs[3], c.outputs[0]} <= chosen)
             else:
                 ok = False
             if not ok:
