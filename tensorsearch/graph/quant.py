@@ -1222,24 +1222,35 @@ def _uint8_ok(graph: Graph, value: str, chosen: set[str]) -> bool:
         if p.op in DROP_QDQ_OPS:
             if p.inputs[0] not in chosen:
                 return False
-        elif p.op not in _UINT8_WRITES or (p.op in _BINARY and not {p.inputs[0], p.inputs[3]} <= chosen):
+        elif p.op not in _UINT8_WRITES or not _scalar_zero(graph, p, _UINT8_WRITES[p.op]):
+            return False
+        elif p.op in _BINARY and not {p.inputs[0], p.inputs[3]} <= chosen:
             return False
     elif not graph.is_constant(value):
         return False
-    for c in graph.consumers(value):
-        for k, name in enumerate(c.inputs):
-            if name != value:
-                continue
-            if c.op in DROP_QDQ_OPS and k == 0:
-                ok = c.outputs[0] in chosen
-            elif k in _UINT8_READS.get(c.op, {}):
-                ok = not (c.op == "QLinearMatMul" and k == 3 and graph.is_constant(value))
-                ok = ok and (c.op not in _BINARY or {c.inputs[0], c.inputs[3], c.outputs[0]} <= chosen)
-            else:
-                ok = False
-            if not ok:
-                return False
-    return True
+    return all(_uint8_read_ok(graph, c, k, chosen) for c in graph.consumers(value) for k in _positions(c, value))
+
+
+def _positions(node: Node, value: str) -> list[int]:
+    return [k for k, name in enumerate(node.inputs) if name == value]
+
+
+def _scalar_zero(graph: Graph, node: Node, index: int) -> bool:
+    """Whether the zero point at input ``index`` is absent or a one-element constant."""
+    name = _input(node, index)
+    return not name or (graph.is_constant(name) and graph.constants[name].size == 1)
+
+
+def _uint8_read_ok(graph: Graph, node: Node, k: int, chosen: set[str]) -> bool:
+    """Whether ``node`` can read a uint8 value at input ``k``."""
+    if node.op in DROP_QDQ_OPS:
+        return k == 0 and node.outputs[0] in chosen
+    reads = _UINT8_READS.get(node.op, {})
+    if k not in reads or not _scalar_zero(graph, node, reads[k]):
+        return False
+    if node.op == "QLinearMatMul" and k == 3 and graph.is_constant(node.inputs[3]):
+        return False  # a weight stays int8
+    return node.op not in _BINARY or {node.inputs[0], node.inputs[3], node.outputs[0]} <= chosen
 
 
 def _fold_constant_dq(graph: Graph) -> Graph:
