@@ -441,6 +441,16 @@ def test_fold_softmax(float_ops, act):
     _assert_same(m, {k: v * 4 for k, v in random_feeds(m).items()}, fold_qdq)
 
 
+def test_qlinear_softmax_needs_its_table():
+    values = {n: Value(n, s, d) for n, s, d in [("x", (2, 8), "uint8"), ("s", (), "float32"), ("z", (), "uint8")]}
+    values["y"] = Value("y", (2, 8), "uint8")
+    consts = {"s": np.array(0.1, F32), "z": np.array(0, np.uint8)}
+    node = Node("sm", "QLinearSoftmax", ("x", "s", "z", "s", "z"), ("y",), {"axis": -1}, 1, "com.microsoft")
+    g = Graph("g", [node], [values["x"]], [values["y"]], values, consts)
+    with pytest.raises(GraphError, match="the float32\\[256\\] lookup table that fold_qdq builds, is missing"):
+        lower_nodes(g, g.nodes, ["y"])
+
+
 def test_fold_leaves_what_does_not_match(float_ops):
     def conv_model(tail: list[onnx.NodeProto], **changes) -> onnx.ModelProto:
         core = [_dq("w", "ws", "wz", "wf", axis=0), _dq("b", "bs", "bz", "bf", axis=0)]
