@@ -551,18 +551,23 @@ def random_inputs(model: onnx.ModelProto, seed: int = 0) -> dict[str, np.ndarray
     """Seeded random inputs for every graph input of ``model`` (any ONNX model, not only ours).
 
     Float inputs are N(0, 1) (like normalized images). An integer input used as the indices of
-    a ``Gather`` from an initializer (token ids, token types) is uniform below that table's
+    a ``Gather`` from an initializer (token ids, token types; in a quantized model, from the
+    DequantizeLinear of one) is uniform below that table's
     size, so ids stay within the vocabulary; an integer input whose name contains ``mask`` is
     all ones (batch 1 has nothing to pad); any other integer input is 0. A dimension without a
     value (a symbolic batch) is 1.
     """
     rng = np.random.default_rng(seed)
     initializers = {t.name: t for t in model.graph.initializer}
+    tables = dict(initializers)  # a quantized model's tables are DequantizeLinear(initializer)
+    for node in model.graph.node:
+        if node.op_type == "DequantizeLinear" and node.input[0] in initializers:
+            tables[node.output[0]] = initializers[node.input[0]]
     bounds: dict[str, int] = {}
     for node in model.graph.node:
-        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in initializers:
+        if node.op_type == "Gather" and len(node.input) == 2 and node.input[0] in tables:
             axis = next((a.i for a in node.attribute if a.name == "axis"), 0)
-            dims = initializers[node.input[0]].dims
+            dims = tables[node.input[0]].dims
             size = dims[axis % len(dims)]
             bounds[node.input[1]] = min(size, bounds.get(node.input[1], size))
     feeds = {}
