@@ -315,3 +315,15 @@ def test_int8_convolutions_are_rewritten():
     assert dq.inputs[0] == qconv.outputs[0] and out.values[dq.outputs[0]].shape == (1, 3, 3, 4)
     assert out.nodes[6].inputs[0] == "yq"  # per-channel: back to NCHW first
     assert {n.outputs[0] for n in out.nodes[7:]} == {"y", "z"}
+
+
+def test_int8_residual_add_stays_nhwc():
+    """quant.fold_qdq's QLinearAdd between two QLinearConvs (ResNet's int8 residual) runs in NHWC:
+    the reduced int8 ResNet-50 transposes only its image input and the pooled features."""
+    from tensorsearch.graph import models
+    from tensorsearch.graph.passes import prepare
+
+    g = prepare(from_onnx(models.load_model("resnet50_int8", reduced=True)))
+    adds = [n for n in g.nodes if n.op == "QLinearAdd"]
+    assert adds and all(len(g.values[n.outputs[0]].shape) == 4 for n in adds)
+    assert ops(g).count("LayoutTransform") <= 2, ops(g)

@@ -26,7 +26,9 @@ Rules, applied to the nodes in graph order:
     binary and variadic: Add, Sub, Mul, Div, Pow, Max, Min, Where, ...) when at least one input
     is NHWC and every other input is NHWC, a one-element value, or a constant of rank <= 4 (it
     is permuted at compile time like the data: ``[C, 1, 1]`` becomes ``[1, 1, C]``);
-  - QuantizeLinear / DequantizeLinear with a per-tensor scale and zero point;
+  - QuantizeLinear / DequantizeLinear with a per-tensor scale and zero point, and the integer
+    elementwise ops QLinearAdd / QLinearMul (quant.fold_qdq's) likewise, their two data inputs
+    treated as a binary op's;
   - Concat of NHWC values (and 4-D constants), its axis remapped (1 becomes 3).
 - **Anything else** reads NCHW: an NHWC value it reads (or a graph output) gets one
   ``LayoutTransform`` back to NCHW, shared by all such consumers, which keeps the value's original
@@ -104,6 +106,9 @@ ELEMENTWISE_OPS = frozenset(
     }
 )
 _QDQ_OPS = frozenset({"QuantizeLinear", "DequantizeLinear"})
+# integer elementwise ops (quant.fold_qdq's): the inputs that are data; the rest are scales and
+# zero points, which must be one element each (per tensor) for the op to run in NHWC
+_QLINEAR_ELEMENTWISE = {"QLinearAdd": (0, 3), "QLinearMul": (0, 3)}
 
 
 def conv_weight_to_hwio(w: np.ndarray) -> np.ndarray:
@@ -272,6 +277,12 @@ class _Rewriter:
         """The node's inputs in NHWC, or None when the node cannot run in NHWC."""
         if node.op in ELEMENTWISE_OPS:
             plans = [self._elementwise_operand(i) for i in node.inputs]
+        elif node.op in _QLINEAR_ELEMENTWISE:
+            data = _QLINEAR_ELEMENTWISE[node.op]
+            plans = [
+                self._elementwise_operand(i) if k in data else ("keep", i) if self.values[i].size == 1 else None
+                for k, i in enumerate(node.inputs)
+            ]
         elif node.op in _QDQ_OPS:
             per_tensor = all(self.values[i].size == 1 for i in node.inputs[1:] if i)
             plans = [self._plan_nhwc(node.inputs[0])] + [("keep", i) for i in node.inputs[1:]]
