@@ -35,6 +35,12 @@ def test_model_run_compares_with_onnxruntime(capsys):
     assert re.search(r"fused_conv\w* \(\d+\): [\d.]+ ms, [\d.]+%, default", out), out
 
 
+def test_model_run_compares_an_int8_model_by_top1(capsys):
+    assert main(["model", "run", "resnet50_int8", "--reduced", "--repeat", "1"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"output +output: max error .* \(int8 model: compared by top-1, top-1 same\)", out), out
+
+
 def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):
     path = tmp_path / "dyn.onnx"
     nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)]
