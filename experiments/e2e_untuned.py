@@ -37,6 +37,7 @@ FIELDS = [
     "reduced",
     "tasks",
     "kernels",
+    "schedules",
     "compile_s",
     "check",
     "ok",
@@ -100,6 +101,12 @@ def _time(exe, sess, proto, graph, repeat: int) -> tuple[float, float]:
     return statistics.median(ours), statistics.median(theirs)
 
 
+def _schedules(exe) -> str:
+    """How many tasks got each kind of schedule: ``25 default, 3 unscheduled``."""
+    kinds = [exe.sources[t.key] for t in exe.tasks]
+    return ", ".join(f"{kinds.count(k)} {k}" for k in sorted(set(kinds)))
+
+
 def run_model(name: str, args) -> dict:
     import tensorsearch as ts
     from tensorsearch.graph.models import load_model
@@ -115,6 +122,7 @@ def run_model(name: str, args) -> dict:
         "reduced": args.reduced,
         "tasks": len(exe.tasks),
         "kernels": len(exe.kernels),
+        "schedules": _schedules(exe),
         "compile_s": round(exe.compile_seconds, 1),
         "check": check,
         "ok": ok,
@@ -136,16 +144,17 @@ def write(rows: list[dict], out: Path, cmd: str) -> list[str]:
         "",
         f"`{cmd}`; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end.",
         "",
-        "| model | tasks (kernels) | compile s | agreement | ours ms | onnxruntime ms | ort / ours |",
-        "|---|---:|---:|---|---:|---:|---:|",
+        "| model | tasks (kernels) | schedules | compile s | agreement | ours ms | onnxruntime ms | ort / ours |",
+        "|---|---:|---|---:|---|---:|---:|---:|",
     ]
     for r in rows:
         if r.get("error"):
-            lines.append(f"| {r['model']} | | | error: {r['error']} | | | |")
+            lines.append(f"| {r['model']} | | | | error: {r['error']} | | | |")
             continue
         mark = "" if r["ok"] else " **FAILED**"
         lines.append(
-            f"| {r['model']}{' (reduced)' if r['reduced'] else ''} | {r['tasks']} ({r['kernels']}) | {r['compile_s']} | "
+            f"| {r['model']}{' (reduced)' if r['reduced'] else ''} | {r['tasks']} ({r['kernels']}) | {r['schedules']} | "
+            f"{r['compile_s']} | "
             f"{r['check']}{mark} | {r['ours_ms']} | {r['ort_ms']} | {r['ort_over_ours']} |"
         )
     (out / "e2e_untuned.md").write_text("\n".join(lines) + "\n")
