@@ -6,8 +6,12 @@
 For each model: import, compile every task with its default schedule (``ts.compile_model``
 without a work dir), run on seeded random inputs beside onnxruntime (CPU provider, its default
 graph optimizations and threads) and compare: float outputs by the largest error relative to
-the reference output's largest magnitude (must be <= 1e-3); int8 models by top-1 agreement over
-``--agreement-inputs`` random inputs (must be >= 99 %) and the largest logit difference. Then
+the reference output's largest magnitude (must be <= 1e-3); int8 models by top-1 agreement of
+their last output (ResNet's class scores, BERT's pooled output that a classifier reads) over
+``--agreement-inputs`` random inputs (must be >= 99 %) and the largest difference. Beside it,
+onnxruntime's agreement with itself with its graph optimizations off: the noise floor of a model
+whose int8 rounding differences grow layer by layer (random-weight BERT: a rounding step apart in
+one layer moves the pooled output's argmax). Then
 both are timed, interleaved, median of ``--repeat`` runs each; the ratio is onnxruntime's
 latency over ours (above 1: we are faster). Our kernels here are *untuned* default schedules;
 ``tensorsearch tune``/the model tuner makes them fast. Weights are constants laid out at compile
@@ -48,12 +52,18 @@ FIELDS = [
 ]
 
 
-def _ort(proto):
+def _ort(proto, optimize: bool = True):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+
+def _top1(scores: np.ndarray) -> np.ndarray:
+    return scores.reshape(len(scores), -1).argmax(1)
 
 
 def _check(name: str, proto, graph, exe, sess, args) -> tuple[str, bool]:
@@ -61,17 +71,23 @@ def _check(name: str, proto, graph, exe, sess, args) -> tuple[str, bool]:
 
     names = [v.name for v in graph.inputs]
     if name.endswith("_int8"):
-        same, worst = 0, 0.0
+        # top-1 of the last output: the classifier's scores, or the pooled output BERT's
+        # classifier reads; onnxruntime beside itself (graph optimizations off) is the noise floor
+        plain = _ort(proto, optimize=False)
+        same = own = 0
+        worst = 0.0
         for k in range(args.agreement_inputs):
             feeds = random_inputs(proto, seed=k)
-            got = exe(**{n: feeds[n] for n in names})[0]
-            want = sess.run(None, feeds)[0]
-            same += int(np.array_equal(got.reshape(len(got), -1).argmax(1), want.reshape(len(want), -1).argmax(1)))
+            got = exe(**{n: feeds[n] for n in names})[-1]
+            want, unopt = sess.run(None, feeds)[-1], plain.run(None, feeds)[-1]
+            same += int(np.array_equal(_top1(got), _top1(want)))
+            own += int(np.array_equal(_top1(unopt), _top1(want)))
             worst = max(worst, float(np.max(np.abs(got - want))) / (float(np.max(np.abs(want))) or 1.0))
-        share = same / args.agreement_inputs
+        n = args.agreement_inputs
         return (
-            f"top-1 agreement {100 * share:.0f}% of {args.agreement_inputs}, max logit diff {worst:.1e}",
-            share >= 0.99,
+            f"top-1 agreement {100 * same / n:.0f}% of {n} (onnxruntime unoptimized: {100 * own / n:.0f}%), "
+            f"max diff {worst:.1e} of the output scale",
+            same / n >= 0.99,
         )
     feeds = random_inputs(proto, seed=0)
     got = exe(**{n: feeds[n] for n in names})
