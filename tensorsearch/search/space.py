@@ -522,15 +522,15 @@ class RandomComputeLocation(ScheduleRule):
 
 def _layout_copy_factors(sch: Schedule, block: BlockRV) -> dict[Var, int] | None:
     """For a spatial block that only copies into a layout with ``v // c`` and ``v % c`` indices
-    (``dst[..., v // c, ..., v % c] = src[...]``, the load perhaps padded: :func:`_copied_load`),
-    each such iterator ``v`` with its ``c``, in the destination's order; None for any other block."""
-    from ..ir import BufferStore, FloorDiv, FloorMod
+    (``dst[..., v // c, ..., v % c] = src[...]``), each such iterator ``v`` with its ``c``, in the
+    destination's order; None for any other block."""
+    from ..ir import BufferLoad, BufferStore, FloorDiv, FloorMod
 
     blk = sch.get(block)
     body = blk.body
     if blk.name == "root" or _is_reduction(sch, block):
         return None
-    if not (isinstance(body, BufferStore) and _copied_load(body.value) is not None):
+    if not (isinstance(body, BufferStore) and isinstance(body.value, BufferLoad)):
         return None
     factors: dict[Var, int] = {}
     for idx in body.indices:
@@ -539,16 +539,6 @@ def _layout_copy_factors(sch: Schedule, block: BlockRV) -> dict[Var, int] | None
         elif not isinstance(idx, Var | FloorDiv):
             return None
     return factors or None
-
-
-def _copied_load(value: object) -> object | None:
-    """The load a layout copy stores: ``src[...]``, or ``Select(in_bounds, src[...], 0)`` when the
-    copy pads (``tile_with_intrin``'s padded packing); None for any other value."""
-    from ..ir import BufferLoad, FloatImm, Select
-
-    if isinstance(value, Select) and isinstance(value.false_value, IntImm | FloatImm):
-        value = value.true_value
-    return value if isinstance(value, BufferLoad) else None
 
 
 class TileLayoutCopy(ScheduleRule):
@@ -581,7 +571,7 @@ class TileLayoutCopy(ScheduleRule):
         order_dst = list(factors)
         realize, _ = sch._block_realize(block)
         loop_of = {iv.var: v for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True)}
-        src_order = [v for idx in _copied_load(blk.body.value).indices for v in free_vars(idx) if v in loop_of]
+        src_order = [v for idx in blk.body.value.indices for v in free_vars(idx) if v in loop_of]
         own = set(loop_of.values())  # the block's own loops (not those of a compute_at location)
         loops = {sch.get(lp).loop_var: lp for lp in sch.get_loops(block) if sch.get(lp).loop_var in own}
         fork = sch.copy()
