@@ -84,3 +84,21 @@ def test_a_tuned_record_in_the_work_dir_compiles_its_task_with_weights_packed_ah
     np.testing.assert_allclose(exe(**feeds)[0], run_ort(m, feeds)[0], rtol=1e-4, atol=1e-4)
     untuned = ts.compile_model(m, HOST)
     assert untuned.sources == {task.key: "default"}
+
+
+def test_default_schedule_packs_a_padded_int8_weight_at_the_root():
+    """int8 ResNet's classifier, ``[1, 2048] x [2048, 1000]``: VNNI pads the 1000 columns to 1008.
+    The padded packing of the weight is computed at the root, so it becomes the prepack (a sampled
+    location re-ran the whole packing inside the GEMM's loops: 5 s a call)."""
+    from tensorsearch.search.model import default_schedule
+
+    rng = np.random.default_rng(0)
+    inits = {"as": np.float32(0.07), "az": np.uint8(130), "b": rng.integers(-64, 64, (2048, 1000)).astype(np.int8)}
+    inits.update({"bs": np.float32(0.003), "bz": np.int8(0), "ys": np.float32(0.09), "yz": np.uint8(120)})
+    node = helper.make_node("QLinearMatMul", ["a", "as", "az", "b", "bs", "bz", "ys", "yz"], ["y"])
+    *_, (task,) = model_tasks(ts.graph.from_onnx(model([node], {"a": ("uint8", (1, 2048))}, ["y"], inits)))
+    func = default_schedule(task.func, HOST)
+    (weight,) = [k for k, b in enumerate(func.buffers) if str(b.dtype) == "int8"]
+    split = split_constant_stages(func, [weight])
+    assert split is not None and split.prepack_inputs == (weight,)
+    assert weight not in split.main_params  # the kernel reads only the packed copy

@@ -274,8 +274,9 @@ def _lookahead(trace: Trace) -> tuple[dict[int, str], dict[int, str], dict[int, 
 class _Decider:
     """Decides the sampling instructions of one replay (one variant)."""
 
-    def __init__(self, trace: Trace, model: MachineModel, variant: int) -> None:
+    def __init__(self, trace: Trace, model: MachineModel, variant: int, compute_root: bool = False) -> None:
         self.structure, self.feeds, self.loop_block = _lookahead(trace)
+        self.compute_root = compute_root
         self.model = model
         self.variant = variant
         self.plans: dict[int, tuple[dict[Var, list[int]], dict[Var, Var | None]]] = {}
@@ -286,6 +287,10 @@ class _Decider:
         name = inst.kind.name
         if name == "sample_perfect_tile":
             return self._tile(sch, inst, kwargs, blocks)
+        if name == "sample_compute_location" and self.compute_root:
+            # the root: a stage there runs once, where a sampled loop may re-run it whole at every
+            # iteration (compute_at cannot narrow a copy into a padded packed layout)
+            return -1
         if name == "sample_categorical" and inst.outputs:
             key = self.feeds.get(id(inst.outputs[0]))
             cands = list(kwargs["candidates"])
@@ -319,13 +324,19 @@ class _Decider:
         return list(tiles)
 
 
-def heuristic_trace(trace: Trace, func: PrimFunc, hardware: Hardware, variant: int = 0, seed: int = 0) -> Trace | None:
+def heuristic_trace(
+    trace: Trace,
+    func: PrimFunc,
+    hardware: Hardware,
+    variant: int = 0,
+    seed: int = 0,
+    compute_root: bool = False,
+) -> Trace | None:
     """``trace`` (a design-space trace of ``func``) with analytic decisions of ``variant``
     (0: the best register tile, unrolled; 1: the same, unrolling left to LLVM; 2, 3: the next
-    shape...),
-    or None when a primitive refuses them. Decisions the heuristics do not cover are sampled
-    with ``seed``."""
-    decider = _Decider(trace, MachineModel.from_hardware(hardware), variant)
+    shape...; with ``compute_root`` every sampled compute location is the root), or None when a
+    primitive refuses them. Decisions the heuristics do not cover are sampled with ``seed``."""
+    decider = _Decider(trace, MachineModel.from_hardware(hardware), variant, compute_root)
     sch = Schedule(func, seed=seed, check=False, error_detail="none", hardware=hardware)
     mapping: dict[int, Any] = {}
     blocks: dict[int, Any] = {}
@@ -348,14 +359,21 @@ def heuristic_trace(trace: Trace, func: PrimFunc, hardware: Hardware, variant: i
     return sch.trace.simplified()
 
 
-def heuristic_traces(trace: Trace, func: PrimFunc, hardware: Hardware, variants: int = 4, seed: int = 0) -> list[Trace]:
+def heuristic_traces(
+    trace: Trace,
+    func: PrimFunc,
+    hardware: Hardware,
+    variants: int = 4,
+    seed: int = 0,
+    compute_root: bool = False,
+) -> list[Trace]:
     """Up to ``variants`` distinct analytic decision sets of ``trace`` (see :func:`heuristic_trace`)."""
     out: list[Trace] = []
     seen: set[str] = set()
     for variant in range(variants * 2):
         if len(out) >= variants:
             break
-        t = heuristic_trace(trace, func, hardware, variant, seed)
+        t = heuristic_trace(trace, func, hardware, variant, seed, compute_root)
         if t is not None and t.as_json_text() not in seen:
             seen.add(t.as_json_text())
             out.append(t)

@@ -39,14 +39,15 @@ __all__ = ["CompiledModel", "compile_model", "default_schedule", "model_tasks"]
 
 
 def default_schedule(func: PrimFunc, hardware: Hardware) -> PrimFunc | None:
-    """``func`` scheduled by the analytic decisions of its first valid design-space trace; None
-    when no design-space trace gives a valid program."""
+    """``func`` scheduled by the analytic decisions of its first valid design-space trace, every
+    sampled compute location the root (a weight's packing there is cut out into the prepack, and
+    never re-run whole inside a loop); None when no design-space trace gives a valid program."""
     try:
         space = DesignSpace(func, hardware)
     except (ScheduleError, SearchSpaceError, ValueError):
         return None
     for index, trace in enumerate(space.traces):
-        for t in heuristic_traces(trace, func, hardware, variants=1):
+        for t in heuristic_traces(trace, func, hardware, variants=1, compute_root=True):
             cand = space.replay(t, index)
             if cand is not None:
                 return cand.func
