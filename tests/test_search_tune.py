@@ -59,8 +59,8 @@ def test_tune_int8_gemm_with_vnni(tmp_path):
     assert "vpdpbusd" in result.module.assembly
     assert "tensorize" in [i.kind.name for i in result.trace.insts]
     _check(wl, result.module)
-    # progress after every measurement, a monotone tuning curve
-    assert [p.trials_done for p in seen] == list(range(1, 9))
+    # progress after every measurement (and while the first round is searched), a monotone curve
+    assert [p.trials_done for p in seen if p.trials_done] == list(range(1, 9))
     best = [t for _, t in result.curve]
     assert best == sorted(best) and result.curve[-1] == (8, pytest.approx(result.throughput))
     # the database has the workload and the records; compile_best rebuilds the best program
@@ -275,7 +275,7 @@ def test_cli_tune_end_to_end(tmp_path, capsys):
         assert (tmp_path / name).stat().st_size > 0, name
     trace = Trace.from_json((tmp_path / "best_trace.json").read_text())
     wl = workloads.get("GMM", 0, "int8")
-    sch = Schedule(wl.func)
+    sch = Schedule(wl.func, hardware=HOST)
     trace.apply(sch)
     _check(wl, ts.build(sch.func, HOST))
 

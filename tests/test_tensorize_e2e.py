@@ -29,12 +29,13 @@ def test_plain_layout_int8_tensorized_with_vnni_is_exact(name, args):
         pytest.skip("this CPU has no AVX-512 VNNI")
     wl = workloads.make(name, args, "int8")
     vnni = _vnni()
-    sch = Schedule(wl.func)
+    host = hardware.load("host")
+    sch = Schedule(wl.func, hardware=host)
     out_block = wl.output_buffers[0].name
     block = tile_with_intrin(sch, sch.get_block(out_block), vnni)
     sch.tensorize(block, vnni.name)
     # the trace replays to the same tensorized program
-    again = Schedule(wl.func)
+    again = Schedule(wl.func, hardware=host)
     Trace.from_json(sch.trace.as_json_text()).apply(again)
     assert ts.structural_hash(again.func) == ts.structural_hash(sch.func)
     mod = ts.build(sch.func)
