@@ -47,6 +47,7 @@ reach it).
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -407,18 +408,8 @@ def qlinear_conv(node: Node, args: list[Operand | None], outs: list[Value]) -> l
     _qtype(out.dtype, "output")
     geo, acc = _conv_common(node, x, w, x_zp, w_zp, out)
     _check_channels(w_scale, geo.cout, "the weight scale")
-    bias_of = _bias(bias, geo.cout)
-    if node.attr(ZP_FOLDED, 0) and bias_of is None:
-        raise GraphError(f"attribute {ZP_FOLDED}=1 needs the bias input")
-    scale_of = _output_scale(x_scale, w_scale, y_scale)
-    yz = _param(y_zp, None, _I32)
-
-    def body(*o: PrimExpr) -> PrimExpr:
-        ch = _channel_of(geo, o)
-        total = acc[o] if bias_of is None else acc[o] + bias_of(ch)
-        return _requantize(total, scale_of(ch), yz, out.dtype)
-
-    return [te.compute(out.shape, body, name=stage_name("requantize"))]
+    channel = functools.partial(_channel_of, geo)
+    return [_requantize_stage(node, acc, _bias(bias, geo.cout), (x_scale, w_scale, y_scale), y_zp, channel, out)]
 
 
 @lowers("ConvInteger", kind=OpKind.ANCHOR)
@@ -432,12 +423,39 @@ def conv_integer(node: Node, args: list[Operand | None], outs: list[Value]) -> l
     return [_add_bias(acc, _bias(bias, geo.cout), lambda o: _channel_of(geo, o), node)]
 
 
+def _check_folded_bias(node: Node, bias_of: Callable | None) -> None:
+    if node.attr(ZP_FOLDED, 0) and bias_of is None:
+        raise GraphError(f"attribute {ZP_FOLDED}=1 needs the bias input")
+
+
 def _add_bias(acc: te.Tensor, bias_of: Callable | None, channel: Callable, node: Node) -> te.Tensor:
+    _check_folded_bias(node, bias_of)
     if bias_of is None:
-        if node.attr(ZP_FOLDED, 0):
-            raise GraphError(f"attribute {ZP_FOLDED}=1 needs the bias input")
         return acc
     return te.compute(acc.shape, lambda *o: acc[o] + bias_of(channel(o)), name=stage_name("bias_add"))
+
+
+def _requantize_stage(
+    node: Node,
+    acc: te.Tensor,
+    bias_of: Callable | None,
+    scales: tuple[Operand | None, Operand | None, Operand | None],
+    y_zp: Operand | None,
+    channel: Callable,
+    out: Value,
+) -> te.Tensor:
+    """The epilogue of QLinearConv/QLinearMatMul: ``acc`` (plus the bias of the output channel
+    ``channel(o)``) requantized by ``scales`` (input, weight, output) to ``out``'s type."""
+    _check_folded_bias(node, bias_of)
+    scale_of = _output_scale(*scales)
+    yz = _param(y_zp, None, _I32)
+
+    def body(*o: PrimExpr) -> PrimExpr:
+        ch = channel(o)
+        total = acc[o] if bias_of is None else acc[o] + bias_of(ch)
+        return _requantize(total, scale_of(ch), yz, out.dtype)
+
+    return te.compute(out.shape or (1,), body, name=stage_name("requantize"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -499,19 +517,7 @@ def qlinear_matmul(node: Node, args: list[Operand | None], outs: list[Value]) ->
     _qtype(out.dtype, "output")
     acc, columns = _matmul_common(node, a, b, a_zp, b_zp, out)
     _check_channels(b_scale, columns, "the B scale")
-    bias_of = _bias(bias, columns)
-    if node.attr(ZP_FOLDED, 0) and bias_of is None:
-        raise GraphError(f"attribute {ZP_FOLDED}=1 needs the bias input")
-    scale_of = _output_scale(a_scale, b_scale, y_scale)
-    yz = _param(y_zp, None, _I32)
-    column = _column_of(b)
-
-    def body(*o: PrimExpr) -> PrimExpr:
-        j = column(o)
-        total = acc[o] if bias_of is None else acc[o] + bias_of(j)
-        return _requantize(total, scale_of(j), yz, out.dtype)
-
-    return [te.compute(out.shape or (1,), body, name=stage_name("requantize"))]
+    return [_requantize_stage(node, acc, _bias(bias, columns), (a_scale, b_scale, y_scale), y_zp, _column_of(b), out)]
 
 
 @lowers("MatMulInteger", kind=OpKind.ANCHOR)
