@@ -23,30 +23,12 @@ from tensorsearch.graph.lowering import lower_nodes
 from tensorsearch.graph.onnx_import import from_onnx
 from tensorsearch.graph.passes import prepare
 from tensorsearch.graph.quant import SHIFT_TO_UINT8, ZP_FOLDED, fold_qdq
-from tensorsearch.graph.registry import LOWERINGS, Lowering, OpKind, supported_ops
 from tensorsearch.runtime import build
 from tensorsearch.search.model import compile_model
 from tensorsearch.target.hardware import load as load_hardware
 
 F32 = np.float32
 _RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
-_FLOAT_OPS = ("Conv", "MatMul", "Gemm", "Add", "Relu", "MaxPool", "GlobalAveragePool", "Flatten", "Reshape")
-_FLOAT_OPS += ("Transpose", "Mul", "Div", "Sub", "Erf", "Softmax", "LayerNormalization", "Gather", "Unsqueeze")
-_FLOAT_OPS += ("Cast", "Tanh", "Identity")
-
-
-@pytest.fixture
-def float_ops(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Import accepts the float ops of QDQ models even where their lowerings (other modules) are
-    missing; fold_qdq must replace the ones a test lowers."""
-    supported_ops()
-
-    def missing(node: Node, args: list, outs: list) -> list:
-        raise GraphError(f"{node.op} has no lowering in this test")
-
-    for op in _FLOAT_OPS:
-        if op not in LOWERINGS:
-            monkeypatch.setitem(LOWERINGS, op, Lowering(op, missing, OpKind.OPAQUE))
 
 
 def _rng(seed: int = 0) -> np.random.Generator:
@@ -326,7 +308,7 @@ def _folded(m: onnx.ModelProto) -> dict[str, int]:
 
 
 @pytest.mark.parametrize("relu", [False, True])
-def test_fold_conv(float_ops, relu):
+def test_fold_conv(relu):
     core = [_dq("w", "ws", "wz", "wf", axis=0), _dq("b", "bs", "bz", "bf", axis=0)]
     core.append(helper.make_node("Conv", ["xf", "wf", "bf"], ["cf" if relu else "yf"], pads=[1, 1, 1, 1]))
     inits = _conv_weights(_rng())
@@ -338,7 +320,7 @@ def test_fold_conv(float_ops, relu):
     _check(m, graph_pass=fold_qdq)
 
 
-def test_fold_matmul(float_ops):
+def test_fold_matmul():
     rng = _rng()
     inits = {
         "w": _weight(rng, "int8", (16, 8)),
@@ -351,14 +333,14 @@ def test_fold_matmul(float_ops):
     _check(m, graph_pass=fold_qdq)
 
 
-def test_fold_matmul_of_two_activations(float_ops):
+def test_fold_matmul_of_two_activations():
     core = [helper.make_node("MatMul", ["xf", "x2f"], ["yf"])]
     m = _qdq_model(core, {"x": (2, 4, 16), "x2": (2, 16, 8)}, {})
     assert _folded(m)["QLinearMatMul"] == 1
     _check(m, graph_pass=fold_qdq)
 
 
-def test_fold_gemm(float_ops):
+def test_fold_gemm():
     rng = _rng()
     ws = (rng.random(8) * 0.01 + 0.002).astype(F32)
     inits = {"w": _weight(rng, "int8", (8, 16)), "ws": ws, "wz": np.zeros(8, np.int8)}
@@ -374,7 +356,7 @@ def test_fold_gemm(float_ops):
 @pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("act", ["int8", "uint8"])
 @pytest.mark.parametrize("shape2", [(2, 3, 8), (8,), (1, 3, 1), (1,)])
-def test_fold_binary(float_ops, op, act, shape2):
+def test_fold_binary(op, act, shape2):
     core = [helper.make_node(op, ["xf", "x2f"], ["yf"])]
     m = _qdq_model(core, {"x": (2, 3, 8), "x2": shape2}, {}, act)
     assert _folded(m) == {"QuantizeLinear": 2, f"QLinear{op}": 1, "DequantizeLinear": 1}
@@ -390,7 +372,7 @@ _BOUNDARY_PARAMS = {"Add": (0.038, 0.0014, 0.084, 169, 39, 136), "Mul": (0.0055,
 
 @pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("act, uint8_activations", [("int8", True), ("int8", False), ("uint8", True)])
-def test_fold_binary_at_rounding_boundaries(float_ops, op, act, uint8_activations):
+def test_fold_binary_at_rounding_boundaries(op, act, uint8_activations):
     """Every pair of inputs; int8 computed as onnxruntime's uint8 kernel computes it, whether
     fold_qdq makes it uint8 or not."""
     xs, x2s, ys, xz, x2z, yz = _BOUNDARY_PARAMS[op]
@@ -413,7 +395,7 @@ def test_fold_binary_at_rounding_boundaries(float_ops, op, act, uint8_activation
     _assert_same(m, feeds, lambda g: fold_qdq(g, uint8_activations=uint8_activations))
 
 
-def test_fold_add_of_an_int8_constant_stays_float(float_ops):
+def test_fold_add_of_an_int8_constant_stays_float():
     """onnxruntime's x86 fusion turns int8 activations into uint8 but not an int8 constant, and
     QLinearAdd cannot mix the two: the add runs in float there, and stays float here."""
     inits = {"c": np.arange(-4, 4, dtype=np.int8), "cs": F32(0.02), "cz": np.int8(1)}
@@ -425,20 +407,20 @@ def test_fold_add_of_an_int8_constant_stays_float(float_ops):
     _check(m, graph_pass=fold_qdq)
 
 
-def test_fold_add_broadcast_scalar_first(float_ops):
+def test_fold_add_broadcast_scalar_first():
     core = [helper.make_node("Add", ["x2f", "xf"], ["yf"])]
     m = _qdq_model(core, {"x": (2, 3, 8), "x2": (1, 3, 1)}, {})
     _check(m, graph_pass=fold_qdq)
 
 
-def test_fold_global_average_pool(float_ops):
+def test_fold_global_average_pool():
     m = _qdq_model([helper.make_node("GlobalAveragePool", ["xf"], ["yf"])], {"x": (2, 5, 7, 9)}, {})
     assert _folded(m) == {"QuantizeLinear": 1, "QLinearGlobalAveragePool": 1, "DequantizeLinear": 1}
     _assert_same(m, {k: v * 3 for k, v in random_feeds(m).items()}, fold_qdq)
 
 
 @pytest.mark.parametrize("act", ["int8", "uint8"])
-def test_fold_softmax(float_ops, act):
+def test_fold_softmax(act):
     inits = {"xs": F32(0.13), "ys": F32(1 / 256), "yz": _zp(act, -128, 0)}
     m = _qdq_model([helper.make_node("Softmax", ["xf"], ["yf"], axis=-1)], {"x": (4, 6, 16)}, inits, act)
     assert _folded(m) == {"QuantizeLinear": 1, "QLinearSoftmax": 1, "DequantizeLinear": 1}
@@ -455,7 +437,7 @@ def test_qlinear_softmax_needs_its_table():
         lower_nodes(g, g.nodes, ["y"])
 
 
-def test_fold_leaves_what_does_not_match(float_ops):
+def test_fold_leaves_what_does_not_match():
     def conv_model(tail: list[onnx.NodeProto], **changes) -> onnx.ModelProto:
         core = [_dq("w", "ws", "wz", "wf", axis=0), _dq("b", "bs", "bz", "bf", axis=0)]
         core += [helper.make_node("Conv", ["xf", "wf", "bf"], ["cf"]), *tail]
@@ -486,7 +468,7 @@ def _plain_dot_products(g: Graph) -> bool:
     return True
 
 
-def test_fold_resnet50_int8(float_ops):
+def test_fold_resnet50_int8():
     g = fold_qdq(from_onnx(models.load_model("resnet50_int8", reduced=True)))
     assert g.op_counts() == {
         "QuantizeLinear": 2,
@@ -502,7 +484,7 @@ def test_fold_resnet50_int8(float_ops):
     assert {v.dtype for v in g.values.values() if v.dtype in ("int8", "uint8")} == {"int8", "uint8"}  # weights int8
 
 
-def test_fold_bert_base_int8(float_ops):
+def test_fold_bert_base_int8():
     g = fold_qdq(from_onnx(models.load_model("bert_base_int8", reduced=True)))
     assert _plain_dot_products(g)
     counts = g.op_counts()
