@@ -14,7 +14,7 @@ so that vector code, unrolled code and OpenMP regions really get exercised.
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, note, settings
+from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from test_schedule_fuzz import PROGRAMS, STEPS, _block_names, _pick_loops
 
@@ -130,7 +130,7 @@ def _fill(shape, dtype, rng):
     return rng.integers(-100, 100, size=shape).astype(dtype)
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+@settings(max_examples=120)
 @given(data=st.data())
 def test_random_schedules_compile_and_match(data):
     name = data.draw(st.sampled_from(sorted(WORKLOADS)), label="program")

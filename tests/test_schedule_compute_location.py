@@ -2,6 +2,7 @@
 and the block analyses they share (tensorsearch.schedule.analysis)."""
 
 import os
+import re
 import sys
 
 import numpy as np
@@ -494,6 +495,31 @@ def test_reverse_compute_at_refuses_a_consumer_reading_rows_later_iterations_wri
     args = [a.copy() for a in inputs] + [out.copy()]
     build(sch.func)(*args)
     wl.check(args[len(inputs) :], expected)
+
+
+def test_reverse_compute_at_refuses_a_loop_that_reduces_a_producer():
+    # found by tests/test_schedule_fuzz.py in CI: rfactor over rh, then the write-back block moved
+    # under the rf block's rw loop, read conv2d_nhwc_rf after one rw step and added it three times.
+    # rw's region cover held (one element written, one read), but that element was a partial sum.
+    wl = workloads.make("C2D", (1, 4, 4, 4, 4, 3, 1, 1))
+    sch = Schedule(wl.func)
+    rf = sch.rfactor(sch.get_loops(sch.get_block("conv2d_nhwc"))[4], 0)
+    loops = sch.get_loops(rf)
+    write_back = sch.get_block("conv2d_nhwc")
+    for loop, name in ((loops[5], "rw"), (loops[6], "rc")):
+        assert_fails(
+            sch,
+            lambda loop=loop: sch.reverse_compute_at(write_back, loop),
+            LoopStructureError,
+            re.escape(
+                f"cannot reverse_compute_at block conv2d_nhwc at loop {name}: loop rw reduces its producer "
+                "conv2d_nhwc_rf (iterator v_rw), so the block would read partial sums"
+            ),
+        )
+    # above the rf block's reduction loops every partial sum is finished
+    sch.reverse_compute_at(write_back, loops[4])
+    check_same_results(wl.func, sch.func)
+    check_trace_round_trip(sch, wl.func)
 
 
 # --- compute_inline ------------------------------------------------------------------------

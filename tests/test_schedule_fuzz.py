@@ -9,7 +9,7 @@ by the interpreter on fresh random inputs), and its trace replays to the identic
 from __future__ import annotations
 
 import numpy as np
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedule_util import check_same_results
 
@@ -224,7 +224,7 @@ STEPS = [
 ]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck), derandomize=False)
+@settings(max_examples=300)
 @given(data=st.data())
 def test_random_schedules_preserve_semantics(data):
     name = data.draw(st.sampled_from(sorted(PROGRAMS)), label="program")

@@ -293,6 +293,33 @@ def _check_reads_written(
             )
 
 
+def _check_producers_finished(
+    block: Block,
+    producers: list[Block],
+    realizes: dict[int, tuple[BlockRealize, list[Node]]],
+    outer_loops: list[For],
+    lname: str,
+) -> None:
+    """reverse_compute_at: no loop at or above the target reduces a producer, else a LoopStructureError.
+
+    Under such a loop a producer's output is a partial sum: the moved block would read it before the
+    reduction ends, once per iteration of that loop (rfactor's write-back placed under ``rw``)."""
+    outer = {id(loop.loop_var): loop.loop_var.name for loop in outer_loops}
+    for producer in producers:
+        realize, _ = realizes[id(producer)]
+        for iv, value in zip(producer.iter_vars, realize.iter_values, strict=True):
+            if iv.iter_type != IterType.REDUCE:
+                continue
+            reducing = [outer[id(v)] for v in free_vars(value) if id(v) in outer]
+            if reducing:
+                raise LoopStructureError(
+                    f"cannot reverse_compute_at block {block.name} at loop {lname}: loop {reducing[0]} reduces "
+                    f"its producer {producer.name} (iterator {iv.var.name}), so the block would read partial sums",
+                    block=block.name,
+                    loop=lname,
+                )
+
+
 def _compute_at_func(
     func: PrimFunc,
     loc: Located,
@@ -394,6 +421,8 @@ def _compute_at_func(
         )
     # 6. the regions the block provides and the regions the others require under the loop
     realizes = {id(r.block): (r, p) for r, p in child_block_paths(scope)}
+    if not is_compute_at:
+        _check_producers_finished(block, under, realizes, [*loops_above(loop_loc.path), loop], lname)
     if is_compute_at:
         touched = {w.buffer for w in block.writes}
         provided = {b: [w for w in block.writes if w.buffer is b] for b in touched}
