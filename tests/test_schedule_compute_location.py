@@ -522,6 +522,20 @@ def test_reverse_compute_at_refuses_a_loop_that_reduces_a_producer():
     check_trace_round_trip(sch, wl.func)
 
 
+def test_reverse_compute_at_lets_a_copy_sit_under_a_producers_reduction_loop():
+    # a write cache's copy rewrites its output in every k iteration; the last one writes the
+    # finished sum, so the result is right (the cost model's tests sample such schedules)
+    wl = workloads.make("GMM", (1, 8, 8, 8))
+    sch = Schedule(wl.func)
+    block = sch.get_block("Z")
+    cache = sch.cache_write(block, 0, "local")
+    _b, i, _j, k = sch.get_loops(block)
+    sch.reorder(k, i)
+    sch.reverse_compute_at(cache, i)
+    check_same_results(wl.func, sch.func)
+    check_trace_round_trip(sch, wl.func)
+
+
 # --- compute_inline ------------------------------------------------------------------------
 
 

@@ -300,10 +300,15 @@ def _check_producers_finished(
     outer_loops: list[For],
     lname: str,
 ) -> None:
-    """reverse_compute_at: no loop at or above the target reduces a producer, else a LoopStructureError.
+    """reverse_compute_at: when the block reduces, no loop at or above the target reduces a producer,
+    else a LoopStructureError.
 
     Under such a loop a producer's output is a partial sum: the moved block would read it before the
-    reduction ends, once per iteration of that loop (rfactor's write-back placed under ``rw``)."""
+    reduction ends, once per iteration of that loop (rfactor's write-back placed under ``rw`` added
+    three partial sums into its result).  A spatial block (a write cache's copy, a ReLU) is left
+    alone: it rewrites its output in every iteration and the last one writes the finished value."""
+    if all(iv.iter_type != IterType.REDUCE for iv in block.iter_vars):
+        return
     outer = {id(loop.loop_var): loop.loop_var.name for loop in outer_loops}
     for producer in producers:
         realize, _ = realizes[id(producer)]
