@@ -124,47 +124,66 @@ def unscheduled(func, vnni) -> Schedule:
 # ---------------------------------------------------------------- peak: register-only vpdpbusd loop
 
 
-def _peak_ir(accs: int) -> str:
-    ones = ", ".join(["i32 1"] * 16)
-    lines = [
-        "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <64 x i8>, <64 x i8>)",
-        "define i32 @peak(i64 %n, i32 %seed) {",
-        "entry:",
-        "  %s0 = insertelement <16 x i32> undef, i32 %seed, i32 0",
-        "  %s = shufflevector <16 x i32> %s0, <16 x i32> undef, <16 x i32> zeroinitializer",
-        "  %sb = bitcast <16 x i32> %s to <64 x i8>",
-        f"  %s1 = add <16 x i32> %s, <{ones}>",
-        "  %tb = bitcast <16 x i32> %s1 to <64 x i8>",
-        "  br label %loop",
-        "loop:",
-        "  %i = phi i64 [0, %entry], [%i1, %loop]",
-    ]
-    lines += [f"  %a{a} = phi <16 x i32> [%s, %entry], [%b{a}, %loop]" for a in range(accs)]
-    lines += [
-        f"  %b{a} = call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> %a{a}, <64 x i8> %sb, <64 x i8> %tb)"
-        for a in range(accs)
-    ]
+def _peak_ir(accs: int, op: str = "vpdpbusd", lanes: int = 16) -> str:
+    """LLVM IR of ``peak(n, seed)``: ``accs`` independent chains of ``op`` on registers, ``n`` times.
+
+    ``vpdpbusd``: ``<16 x i32>`` accumulators (AVX-512 VNNI); ``fma``: ``<lanes x float>``
+    fused multiply-adds, the float32 vector peak (``lanes`` 16 on AVX-512, 8 on AVX2)."""
+    if op == "vpdpbusd":
+        acc_t, add = "<16 x i32>", "add"
+        head = [
+            "declare <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32>, <64 x i8>, <64 x i8>)",
+            "define i32 @peak(i64 %n, i32 %seed) {",
+            "entry:",
+            "  %s0 = insertelement <16 x i32> undef, i32 %seed, i32 0",
+            "  %s = shufflevector <16 x i32> %s0, <16 x i32> undef, <16 x i32> zeroinitializer",
+            "  %sb = bitcast <16 x i32> %s to <64 x i8>",
+            f"  %s1 = add <16 x i32> %s, <{', '.join(['i32 1'] * 16)}>",
+            "  %tb = bitcast <16 x i32> %s1 to <64 x i8>",
+        ]
+        step = "call <16 x i32> @llvm.x86.avx512.vpdpbusd.512(<16 x i32> %a{a}, <64 x i8> %sb, <64 x i8> %tb)"
+        tail = ["  %e = extractelement <16 x i32> {acc}, i32 0", "  ret i32 %e"]
+    elif op == "fma":
+        acc_t, add = f"<{lanes} x float>", "fadd"
+        head = [
+            f"declare {acc_t} @llvm.fma.v{lanes}f32({acc_t}, {acc_t}, {acc_t})",
+            "define i32 @peak(i64 %n, i32 %seed) {",
+            "entry:",
+            "  %f = sitofp i32 %seed to float",
+            f"  %s0 = insertelement {acc_t} undef, float %f, i32 0",
+            f"  %s = shufflevector {acc_t} %s0, {acc_t} undef, <{lanes} x i32> zeroinitializer",
+            f"  %s1 = fmul {acc_t} %s, %s",
+        ]
+        step = f"call {acc_t} @llvm.fma.v{lanes}f32({acc_t} %a{{a}}, {acc_t} %s, {acc_t} %s1)"
+        tail = [f"  %ef = extractelement {acc_t} {{acc}}, i32 0", "  %e = fptosi float %ef to i32", "  ret i32 %e"]
+    else:
+        raise ValueError(f"op must be vpdpbusd or fma, got {op!r}")
+    lines = [*head, "  br label %loop", "loop:", "  %i = phi i64 [0, %entry], [%i1, %loop]"]
+    lines += [f"  %a{a} = phi {acc_t} [%s, %entry], [%b{a}, %loop]" for a in range(accs)]
+    lines += [f"  %b{a} = " + step.format(a=a) for a in range(accs)]
     lines += ["  %i1 = add i64 %i, 1", "  %c = icmp ult i64 %i1, %n", "  br i1 %c, label %loop, label %exit", "exit:"]
     acc = "%b0"
     for a in range(1, accs):  # every accumulator feeds the result: none is dead
-        lines.append(f"  %r{a} = add <16 x i32> {acc}, %b{a}")
+        lines.append(f"  %r{a} = {add} {acc_t} {acc}, %b{a}")
         acc = f"%r{a}"
-    lines += [f"  %e = extractelement <16 x i32> {acc}, i32 0", "  ret i32 %e", "}"]
+    lines += [*(t.format(acc=acc) for t in tail), "}"]
     return "\n".join(lines)
 
 
 class Peak:
-    """``accs`` independent vpdpbusd chains on zmm registers, ``n`` iterations per call."""
+    """``accs`` independent chains of ``op`` (vpdpbusd, or ``fma`` of ``lanes`` floats) on
+    registers, ``n`` iterations per call; ``time`` gives G(FL)OPS, a multiply-add counting 2."""
 
-    def __init__(self, accs: int):
+    def __init__(self, accs: int, op: str = "vpdpbusd", lanes: int = 16):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
-        self.accs = accs
+        self.accs, self.op = accs, op
+        self.ops_per_instruction = OPS_PER_VPDPBUSD if op == "vpdpbusd" else 2 * lanes
         target = llvm.Target.from_default_triple()
         self.tm = target.create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
         )
-        mod = llvm.parse_assembly(_peak_ir(accs))
+        mod = llvm.parse_assembly(_peak_ir(accs, op, lanes))
         mod.verify()
         self.assembly = self.tm.emit_assembly(mod)
         self._ee = llvm.create_mcjit_compiler(mod, self.tm)
@@ -172,18 +191,18 @@ class Peak:
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int32)(
             self._ee.get_function_address("peak")
         )
-        loop = self.assembly.split("vpdpbusd")
+        loop = self.assembly.split("vpdpbusd" if op == "vpdpbusd" else "vfmadd")
         self.vpdpbusd_in_asm = len(loop) - 1
 
     def time(self, n: int, repeat: int) -> list[float]:
-        """GOPS of each of ``repeat`` calls of ``n`` iterations."""
+        """G(FL)OPS of each of ``repeat`` calls of ``n`` iterations."""
         self._fn(1000, 3)  # warm up
         res = []
         for _ in range(repeat):
             t0 = time.perf_counter()
             self._fn(n, 3)
             dt = time.perf_counter() - t0
-            res.append(n * self.accs * OPS_PER_VPDPBUSD / dt / 1e9)
+            res.append(n * self.accs * self.ops_per_instruction / dt / 1e9)
         return res
 
 

@@ -18,6 +18,9 @@ it over ``--rounds`` rounds interleaved with the references measured in the same
 * **int8: the VNNI peak** -- ``Peak`` from ``bench_vnni_gemm.py``: a register-only loop of
   independent ``vpdpbusd`` accumulations (128 ops each), run at once on ``--threads`` Python
   threads (ctypes releases the GIL), their GOPS summed: the machine's peak for that many cores.
+* **float32 also: the FMA peak** (x86 hosts) -- the same loop of vector ``fma`` on the
+  descriptor's ``vector_bits`` (16 floats on AVX-512, 32 flops each): the vector units' peak,
+  against which operators no dot-product unit fits (DEP) are read.
 
 Every timed repeat of our module is paired with a reference sample taken just before it; a ratio
 is the median over the pairs. ``tuned`` is the throughput the tuner itself measured. Where
@@ -97,14 +100,15 @@ def time_call(fn, min_seconds: float) -> float:
 
 
 class MachinePeak:
-    """VNNI peak GOPS of ``threads`` cores: ``bench_vnni_gemm.Peak`` run on that many threads at once."""
+    """Peak G(FL)OPS of ``threads`` cores: ``bench_vnni_gemm.Peak`` (``op``: vpdpbusd, or fma of
+    ``lanes`` floats) run on that many threads at once."""
 
-    def __init__(self, threads: int, iters: int):
+    def __init__(self, threads: int, iters: int, op: str = "vpdpbusd", lanes: int = 16):
         sys.path.insert(0, str(HERE))
         from bench_vnni_gemm import Peak
 
         self.threads, self.iters = threads, iters
-        candidates = [Peak(12), Peak(24)]
+        candidates = [Peak(12, op, lanes), Peak(24, op, lanes)]
         # the faster accumulator count on this CPU, chosen once
         self.peak = max(candidates, key=lambda p: max(p.time(iters // (p.accs // 12), 3)))
         self.pool = ThreadPoolExecutor(threads)
@@ -199,11 +203,16 @@ def tune_one(
     if dtype == "float32":
         from threadpoolctl import threadpool_limits
 
+        peaks: list[float] = []
         with threadpool_limits(limits=args.threads, user_api="blas"):
             for _ in range(args.rounds):
                 refs.append(wl.flops / time_call(lambda: numpy_float32(wl, inputs), args.min_seconds) / 1e9)
+                if peak is not None:
+                    peaks.append(peak.sample())
                 ours.append(wl.flops / mod.time(*inputs, *outs, min_repeat_ms=args.min_seconds * 1e3).median / 1e9)
         row.update(numpy=round(statistics.median(refs), 2), ratio_vs_numpy=pair_ratio(ours, refs))
+        if peak is not None:
+            row.update(peak=round(statistics.median(peaks), 1), ratio_vs_peak=pair_ratio(ours, peaks))
     else:
         for _ in range(args.rounds):
             if peak is not None:
@@ -238,7 +247,7 @@ COLUMNS = [
     ("ours_ms", "ours ms"),
     ("numpy", "numpy float32"),
     ("ratio_vs_numpy", "ours / numpy"),
-    ("peak", "VNNI peak GOPS"),
+    ("peak", "peak G(FL)OPS (int8: vpdpbusd, float32: FMA)"),
     ("ratio_vs_peak", "ours / peak"),
     ("tvm", "TVM MetaSchedule"),
     ("error", "error"),
@@ -277,8 +286,9 @@ def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str) -> 
         "is 2) over seconds. `tuned`: the best latency the tuner measured; `ours, re-timed`: the best "
         "module timed again here, each repeat paired with a reference sample taken just before it; "
         "`ours / numpy` and `ours / peak` are medians over those pairs. numpy float32: the workload's "
-        "numpy reference run in float32 (GMM: OpenBLAS sgemm) with the same thread count. VNNI peak: "
-        "register-only vpdpbusd loops (bench_vnni_gemm.Peak) on as many threads as ours, summed. "
+        "numpy reference run in float32 (GMM: OpenBLAS sgemm) with the same thread count. Peak: "
+        "register-only loops (bench_vnni_gemm.Peak) on as many threads as ours, summed: vpdpbusd for "
+        "int8, vector FMA (the descriptor's vector width) for float32. "
         "Any packing the tuned program does runs inside it and is counted.",
         "",
         "![tuning curves](tune_ops.png)",
@@ -386,7 +396,12 @@ def main() -> None:
     work_root = Path(args.work_dir) if args.work_dir else dest.fresh_dir("work")
     hw = hardware.load("host")
     vnni = hw.has_feature("+avx512vnni")
-    peak = MachinePeak(args.threads, args.peak_iters) if vnni and "int8" in dtypes else None
+    peaks = {
+        "int8": MachinePeak(args.threads, args.peak_iters) if vnni and "int8" in dtypes else None,
+        "float32": MachinePeak(args.threads, args.peak_iters, "fma", hw.vector_bits // 32)
+        if hw.triple.startswith("x86_64") and "float32" in dtypes
+        else None,
+    }
     tvm = tvm_note(args.tvm_python)
     cmd = "python experiments/tune_ops.py" + "".join(f" {a}" for a in sys.argv[1:])
 
@@ -395,7 +410,7 @@ def main() -> None:
     try:
         for name, index, trials, dtype in runs:
             try:
-                row = tune_one(name, index, trials, dtype, hw, args, work_root, peak, tvm)
+                row = tune_one(name, index, trials, dtype, hw, args, work_root, peaks[dtype], tvm)
             except Exception as err:  # one failing run must not lose the others
                 traceback.print_exc()
                 row = {"op": name, "index": index, "dtype": dtype, "tvm": tvm, "error": f"{type(err).__name__}: {err}"}

@@ -82,6 +82,27 @@ def test_round_trip_and_resume(tmp_path):
         db3.workload("0123")
 
 
+def test_retimings_rank_the_candidates_they_time(tmp_path):
+    db = Database(tmp_path)
+    wk, hk = db.commit_workload(GMM.func), hardware_key(ER)
+    for cand, lat in (("a", 1e-4), ("b", 2e-4), ("c", 3e-4)):
+        db.commit_record(record(wk, hk, cand, (lat,)))
+    # a's lucky batch: timed again together with b, it is the slower; c was not re-timed
+    db.commit_retiming(wk, hk, "a", [2.6e-4, 2.4e-4, 2.5e-4])
+    db.commit_retiming(wk, hk, "b", [1.9e-4, 2.1e-4])
+    db.commit_retiming(wk, hk, "b", [2.0e-4])  # re-timings add up: the median of all of them
+    db.commit_retiming(wk, hk, "c", [])  # nothing timed: nothing written
+    for db2 in (db, Database(tmp_path)):
+        assert [r.candidate_key for r in db2.best(wk, hk, k=3)] == ["b", "a", "c"]
+        assert db2.latency(db2.best(wk, hk)[0]) == 2.0e-4
+        assert db2.records(wk, hk)[0].latency == 1e-4  # the records themselves are untouched
+    lines = (tmp_path / "database" / "retimings.jsonl").read_text().splitlines()
+    assert len(lines) == 3 and json.loads(lines[0])["candidate_key"] == "a"
+    (tmp_path / "database" / "retimings.jsonl").write_text('{"format": 1, "workload_key": "w"}\n' + lines[0] + "\n")
+    with pytest.raises(DatabaseError, match=r"retimings.jsonl: line 1 is not a valid re-timing \('hardware_key'\)"):
+        Database(tmp_path)
+
+
 def test_hardware_isolation(tmp_path):
     db = Database(tmp_path)
     wk = db.commit_workload(GMM.func)

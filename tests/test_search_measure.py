@@ -116,6 +116,15 @@ def test_correct_float32_candidates(f32):
         assert_ok(r)
 
 
+def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
+    # slow_after=0: every first run is "slow", so each keeps one latency, that of its check run
+    fast, slow = f32.measure([F32.func, tiled(F32.func)], slow_after=0.0)
+    for r in (fast, slow):
+        assert r.ok and len(r.latencies) == 1 and r.latency > 0
+    # a generous cutoff times as usual
+    assert_ok(f32.measure([tiled(F32.func)], slow_after=60.0)[0])
+
+
 def test_correct_int8_candidates(f32):
     with Measurer(None, HW, workload=I8, timeout_s=5.0, repeat=2) as m:
         for r in m.measure([I8.func, tiled(I8.func)]):

@@ -13,7 +13,7 @@ import pytest
 
 import tensorsearch as ts
 from tensorsearch import hardware, workloads
-from tensorsearch.ir import ForKind, structural_equal
+from tensorsearch.ir import Block, ForKind, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.schedule.tree import walk_stmts
 from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
@@ -186,18 +186,34 @@ def test_int8_convolution_keeps_its_padding_out_of_the_tensorized_tile():
         assert "vpdpbusd" in _check_runs(wl, cand.func, nprng).assembly
 
 
-def test_convolution_inlines_its_padding_and_computes_the_convolution():
+def test_convolution_keeps_its_padding_out_of_the_hot_loop():
+    # TVM's disallow_if_then_else: the padding's Select is not inlined into the convolution; the
+    # padding gets a sampled compute location, and every sample computes the convolution
     wl = workloads.reduced("C2D", 0, "float32")
     space = DesignSpace(wl.func, HOST)
     for trace in space.traces:
-        assert "compute_inline" in _inst_names(trace)
+        names = _inst_names(trace)
+        assert "compute_inline" not in names and "sample_compute_location" in names
+    # the sampled location may still be "inline" (as TVM's); the others keep the Select out
     rng = random.Random(2)
     nprng = np.random.default_rng()
-    for _ in range(3):
+    kept = 0
+    for _ in range(4):
         cand = space.sample(rng)
         assert cand is not None
-        assert not any(getattr(loc.node, "name", None) == "PadInput" for loc in walk_stmts(cand.func.body))
+        blocks = {loc.node.name: loc.node for loc in walk_stmts(cand.func.body) if isinstance(loc.node, Block)}
+        if "PadInput" in blocks:
+            kept += 1
+            assert "T.Select" not in str(blocks["conv2d_nhwc_update"])
         _check_runs(wl, cand.func, nprng)
+    assert kept
+    # disallow_select: false inlines it, as before
+    rules = [r if r.name != "AutoInline" else AutoInline(disallow_select=False) for r in rules_for(HOST)]
+    inlined = DesignSpace(wl.func, HOST, rules=rules)
+    assert all("compute_inline" in _inst_names(t) for t in inlined.traces)
+    cand = inlined.sample(random.Random(2))
+    assert not any(getattr(loc.node, "name", None) == "PadInput" for loc in walk_stmts(cand.func.body))
+    _check_runs(wl, cand.func, nprng)
 
 
 def test_add_rfactor_forks_a_small_output_reduction():

@@ -1,7 +1,8 @@
 """The tuning database: append-only JSON-lines files of workloads and measured candidates.
 
 A work directory holds ``database/workloads.jsonl`` (one line per workload: its key, a name and the
-PrimFunc as script text) and ``database/tuning_records.jsonl`` (one line per measured candidate)::
+PrimFunc as script text), ``database/tuning_records.jsonl`` (one line per measured candidate) and
+``database/retimings.jsonl`` (the finalists of a run timed again together, which then rank them)::
 
     db = Database("runs/gmm")
     wk = db.commit_workload(func, name="GMM/0/int8")     # idempotent; returns workload_key(func)
@@ -490,6 +491,8 @@ class Database:
         self._funcs: dict[str, PrimFunc] = {}
         self._records: dict[tuple[str, str], list[TuningRecord]] = {}
         self._candidates: dict[tuple[str, str], set[str]] = {}
+        self._retime_file = _JsonLines(self.dir / "retimings.jsonl")
+        self._retimed: dict[tuple[str, str], dict[str, list[float]]] = {}
         for number, obj, salvaged in self._workload_file.read():
             try:
                 key, name, text = str(obj["key"]), str(obj.get("name", "")), str(obj["script"])
@@ -507,6 +510,16 @@ class Database:
                     continue
                 raise DatabaseError(f"{self._record_file.path}: line {number} is not a valid record ({e})") from None
             self._add(record)
+        for number, obj, salvaged in self._retime_file.read():
+            try:
+                line_format(obj)
+                pair = (str(obj["workload_key"]), str(obj["hardware_key"]))
+                lats = [float(x) for x in obj["latencies"]]
+                self._retimed.setdefault(pair, {}).setdefault(str(obj["candidate_key"]), []).extend(lats)
+            except (KeyError, ValueError, TypeError) as e:
+                if salvaged:
+                    continue
+                raise DatabaseError(f"{self._retime_file.path}: line {number} is not a valid re-timing ({e})") from None
 
     @classmethod
     def open_existing(cls, path: str | os.PathLike) -> Database:
@@ -590,10 +603,30 @@ class Database:
         what a run on another workload of the same hardware pre-trains its cost model on."""
         return {w: list(recs) for (w, h), recs in self._records.items() if h == hardware_key}
 
+    def commit_retiming(self, workload_key: str, hardware_key: str, candidate_key: str, latencies: list[float]) -> None:
+        """Append re-timed latencies of a measured candidate (``retimings.jsonl``); from then on its
+        latency is the median of all its re-timings (:meth:`latency`), not its record's."""
+        if not latencies:
+            return
+        line = {"format": DATABASE_FORMAT, "workload_key": workload_key, "hardware_key": hardware_key}
+        line.update(candidate_key=candidate_key, latencies=[float(x) for x in latencies], timestamp=time.time())
+        with self._lock:
+            self._retime_file.append(line)
+            pair = (workload_key, hardware_key)
+            self._retimed.setdefault(pair, {}).setdefault(candidate_key, []).extend(line["latencies"])
+
+    def latency(self, record: TuningRecord) -> float:
+        """The record's candidate's latency: the median of its re-timings where it was re-timed
+        (the tuner re-times its finalists together at the end of a run), else the record's own."""
+        if not record.ok:
+            return math.inf
+        retimed = self._retimed.get((record.workload_key, record.hardware_key), {}).get(record.candidate_key)
+        return statistics.median(retimed) if retimed else record.latency
+
     def best(self, workload_key: str, hardware_key: str, k: int = 1) -> list[TuningRecord]:
-        """The ``k`` fastest ok records by median latency (ties: the earlier commit first)."""
+        """The ``k`` fastest ok records by :meth:`latency` (ties: the earlier commit first)."""
         ok = [r for r in self._records.get((workload_key, hardware_key), ()) if r.ok]
-        return sorted(ok, key=lambda r: r.latency)[: max(0, k)]
+        return sorted(ok, key=self.latency)[: max(0, k)]
 
     def has_candidate(self, workload_key: str, hardware_key: str, candidate_key: str) -> bool:
         """Whether a record (ok or failed) of that candidate exists for the workload and hardware."""
@@ -606,6 +639,7 @@ class Database:
         """Close the files (commits reopen them)."""
         self._workload_file.close()
         self._record_file.close()
+        self._retime_file.close()
 
     def __enter__(self) -> Database:
         return self

@@ -33,6 +33,10 @@ How a batch is measured (:meth:`Measurer.measure`):
    first measurement by this Measurer (by structural hash) and only run on later ones.
 4. **Time.** ``mod.time(number, repeat)``; when ``number`` is None it grows until one repeat
    takes at least ``min_repeat_ms`` (20 ms). The latencies are seconds per call, one per repeat.
+   ``measure(..., slow_after=s)``: a candidate whose check run took longer than ``s`` seconds
+   is not timed again; its one latency is that run's (the tuner passes 4x its best so far: such
+   a candidate cannot become the best, and timing a 5 s convolution four more times took most of
+   a C3D run's wall time).
 
 Failures are results, never exceptions: a build error is ``"build: <error>"``; a candidate that
 kills its runner (segfault, illegal instruction, abort) is ``"run: crashed (...)"``; one whose
@@ -548,27 +552,56 @@ class Measurer:
         return [r for r in results if r is not None]
 
     def measure(
-        self, funcs: Sequence[PrimFunc], on_result: Callable[[int, MeasureResult], None] | None = None
+        self,
+        funcs: Sequence[PrimFunc],
+        on_result: Callable[[int, MeasureResult], None] | None = None,
+        slow_after: float | None = None,
     ) -> list[MeasureResult]:
         """Build, check and time each function; results in the same order. Never raises for a bad candidate.
 
         ``on_result(i, result)`` is called as soon as candidate ``i``'s result is known (the tuner
-        commits it to the database there, so an interrupted batch keeps what it measured)."""
-        import ray
-        from ray.exceptions import RayActorError
+        commits it to the database there, so an interrupted batch keeps what it measured).
+        ``slow_after``: seconds; a candidate whose first run took longer keeps that one latency."""
 
+        from ..ir.structural import structural_hash
+
+        funcs = list(funcs)
+        return self._run(self._build_all(funcs), [structural_hash(f) for f in funcs], on_result, slow_after)
+
+    def retime(self, funcs: Sequence[PrimFunc], rounds: int = 3) -> list[list[float]]:
+        """Each function built once, then timed in ``rounds`` rounds, every round running each in
+        turn: the latencies of every round, per function (empty when one failed). Interleaving puts
+        the candidates under the same noise; the tuner re-times its finalists this way."""
         from ..ir.structural import structural_hash
 
         funcs = list(funcs)
         builds = self._build_all(funcs)
         keys = [structural_hash(f) for f in funcs]
-        out: list[MeasureResult | None] = [None] * len(funcs)
+        samples: list[list[float]] = [[] for _ in funcs]
+        for _ in range(rounds):
+            for i, r in enumerate(self._run(builds, keys)):
+                if r.ok:
+                    samples[i].extend(r.latencies)
+        return samples
+
+    def _run(
+        self,
+        builds: list[dict[str, Any]],
+        keys: list[str],
+        on_result: Callable[[int, MeasureResult], None] | None = None,
+        slow_after: float | None = None,
+    ) -> list[MeasureResult]:
+        """Check and time built candidates (``_build_all``'s results) on the runners."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        out: list[MeasureResult | None] = [None] * len(builds)
         for i, b in enumerate(builds):
             if b["error"] is not None:
                 out[i] = MeasureResult((), b["error"], b["seconds"])
                 if on_result is not None:
                     on_result(i, out[i])
-        pending = deque(i for i in range(len(funcs)) if out[i] is None)
+        pending = deque(i for i in range(len(builds)) if out[i] is None)
         for slot in self._slots:
             self._wait_ready(slot)
 
@@ -614,6 +647,10 @@ class Measurer:
                     elif phase == "check":
                         self._checked.add(keys[i])
                         first = reply["first"]
+                        if slow_after is not None and first > slow_after:
+                            slot.job = None
+                            finish(i, latencies=[first])
+                            continue
                         number = self.number or max(1, math.ceil(self.min_repeat_ms / 1e3 / max(first, 1e-7)))
                         min_ms = 0.0 if self.number else self.min_repeat_ms
                         expected = first * (1 + self.repeat * number) + (self.repeat + 2) * min_ms / 1e3

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import IntImm, PrimFunc, Var, structural_hash
+from ..ir import IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
 from ..ir.functor import free_vars
 from ..ir.stmt import Block, IterType
 from ..schedule import BlockRV, Schedule, ScheduleError, Trace, tile_with_intrin
@@ -100,6 +100,13 @@ def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
     """Whether the block is the inner block of a tile marked for tensorization."""
     path = sch._block(block).path
     return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
+
+
+def _has_select(block: Block) -> bool:
+    """Whether the block's body computes a ``Select`` (padding, a masked copy)."""
+    found = []
+    post_order_visit(block.body, lambda n: found.append(n) if isinstance(n, Select) else None)
+    return bool(found)
 
 
 def _extent(sch: Schedule, loop: Any) -> int:
@@ -178,10 +185,15 @@ class AutoInline(ScheduleRule):
     single producer's epilogue into the producer (``reverse_compute_inline``); silently keeps the
     block when neither is legal. Nothing is inlined into a block tiled for a tensor intrinsic: the
     intrinsic reads and writes buffers directly, so a padding ``Select`` or an epilogue cast would
-    leave the tile no longer matching it."""
+    leave the tile no longer matching it.
+
+    ``disallow_select`` (TVM's ``disallow_if_then_else``, on for CPUs there too) keeps a block
+    whose value is a ``Select`` (a convolution's ``PadInput``) out of its consumer: inlined, the
+    bounds test runs on every multiply-add of the hot loop. The block then gets a sampled compute
+    location (RandomComputeLocation)."""
 
     name = "AutoInline"
-    params = {"into_consumer": True, "into_producer": True}
+    params = {"into_consumer": True, "into_producer": True, "disallow_select": True}
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         blk = sch.get(block)
@@ -195,7 +207,13 @@ class AutoInline(ScheduleRule):
                 return False
             return any(_in_intrinsic_tile(sch, b) or dict(sch.get(b).annotations).get(AUTO_TENSORIZE) for b in blocks)
 
-        if self.config["into_consumer"] and not _is_output(sch, block) and not tensorized(sch.get_consumers):
+        selects = self.config["disallow_select"] and _has_select(blk)
+        if (
+            self.config["into_consumer"]
+            and not selects
+            and not _is_output(sch, block)
+            and not tensorized(sch.get_consumers)
+        ):
             try:
                 sch.compute_inline(block)
                 return [sch]
