@@ -150,6 +150,7 @@ def tune_one(
     name: str, index: int, trials: int, dtype: str, hw, args, work_root: Path, peak: MachinePeak | None, tvm: str
 ) -> dict:
     from tensorsearch import workloads
+    from tensorsearch.runtime import aligned_copy, aligned_empty
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar, write_curve_csv, write_curve_png
 
@@ -194,8 +195,8 @@ def tune_one(
     # correctness on fresh random inputs, then same-run timing against the reference
     mod = result.module
     mod.num_threads = args.threads
-    inputs = wl.make_inputs(np.random.default_rng())
-    outs = [np.empty(o.shape, o.dtype) for o in wl.outputs]
+    inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng())]
+    outs = [aligned_empty(o.shape, o.dtype) for o in wl.outputs]
     mod(*inputs, *outs)
     wl.check(outs, wl.reference(*inputs))
     ours: list[float] = []

@@ -190,6 +190,7 @@ def compare_one(
     The kernels are dumped under ``scratch/dumps``, the tuners work under ``work_root``.
     """
     from tensorsearch import workloads
+    from tensorsearch.runtime import aligned_copy
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar
 
@@ -240,9 +241,9 @@ def compare_one(
     # both on the same inputs, both checked against numpy
     mod = result.module
     mod.num_threads = args.threads
-    inputs = wl.make_inputs(np.random.default_rng(args.seed))
+    inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng(args.seed))]  # as TVM's NDArrays
     want = wl.reference(*inputs)
-    ours_out = [np.full(o.shape, 7, o.dtype) for o in wl.outputs]
+    ours_out = [aligned_copy(np.full(o.shape, 7, o.dtype)) for o in wl.outputs]
     mod(*inputs, *ours_out)
     wl.check(ours_out, want)
     arrays = [*inputs, *[np.full(o.shape, 7, o.dtype) for o in wl.outputs]]

@@ -213,3 +213,17 @@ def test_build_without_jit_saves_a_library_that_runs(tmp_path):
     out = np.full((1, 8, 8), np.nan, "float32")
     loaded(*xs, out)
     wl.check([out], wl.reference(*xs))
+
+
+def test_aligned_arrays_start_on_a_cache_line_and_keep_values():
+    from tensorsearch.runtime import aligned_copy, aligned_empty, aligned_zeros
+
+    a = np.random.default_rng(11).standard_normal((3, 112, 7)).astype("float32")
+    for align in (64, 128):
+        b = aligned_copy(a, align)
+        assert b.ctypes.data % align == 0 and b.flags.c_contiguous
+        np.testing.assert_array_equal(b, a)
+    e = aligned_empty((5, 3), "int8")
+    assert e.shape == (5, 3) and e.dtype == np.int8 and e.ctypes.data % 64 == 0
+    z = aligned_zeros(17, "float64")
+    assert z.shape == (17,) and not z.any() and z.ctypes.data % 64 == 0

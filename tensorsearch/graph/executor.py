@@ -28,6 +28,7 @@ import numpy as np
 
 from ..ir import parse_dtype
 from ..ir.dtype import numpy_dtype
+from ..runtime.memory import aligned_copy, aligned_empty, aligned_zeros
 from ..runtime.module import Module
 from ..transform import ConstantSplit
 from .fuse import Kernel
@@ -50,7 +51,7 @@ class TaskProgram:
         its constants packed first when there is a prepack."""
         if self.split is None or self.prepack is None:
             return self.main.bind(*arrays)
-        packed = [np.zeros([d.value for d in b.shape], _np_dtype(str(b.dtype))) for b in self.split.packed]
+        packed = [aligned_zeros([d.value for d in b.shape], _np_dtype(str(b.dtype))) for b in self.split.packed]
         self.prepack.bind(*(arrays[i] for i in self.split.prepack_inputs), *packed)()
         args = [arrays[p] if isinstance(p, int) else packed[p[1]] for p in self.split.main_params]
         return self.main.bind(*args)
@@ -119,13 +120,13 @@ class GraphExecutor:
         self.graph = graph
         self.kernels = list(kernels)
         self.plan = plan_buffers(graph, self.kernels)
-        self._arena = [np.empty(n, np.uint8) for n in self.plan.slot_bytes]
+        self._arena = [aligned_empty(n, np.uint8) for n in self.plan.slot_bytes]
         self._arrays: dict[str, np.ndarray] = {}
         for v in graph.inputs:
-            self._arrays[v.name] = np.zeros(v.shape, _np_dtype(v.dtype))
+            self._arrays[v.name] = aligned_zeros(v.shape, _np_dtype(v.dtype))
         for v in graph.outputs:
             if v.name not in graph.constants and v.name not in self._arrays:
-                self._arrays[v.name] = np.zeros(v.shape, _np_dtype(v.dtype))
+                self._arrays[v.name] = aligned_zeros(v.shape, _np_dtype(v.dtype))
         self._calls: list[Callable[[], int]] = []
         for kernel in self.kernels:
             program = programs.get(kernel.task)
@@ -141,7 +142,7 @@ class GraphExecutor:
         if name in self.graph.constants:
             arr = self._arrays.get(name)
             if arr is None:
-                arr = np.ascontiguousarray(self.graph.constants[name], _np_dtype(v.dtype)).reshape(shape).copy()
+                arr = aligned_copy(np.asarray(self.graph.constants[name], _np_dtype(v.dtype)).reshape(shape))
                 self._arrays[name] = arr
             return arr
         if name in self._arrays:

@@ -9,6 +9,7 @@
 See docs/codegen.md.
 """
 
+from .memory import aligned_copy, aligned_empty, aligned_zeros
 from .module import LoadedModule, Module, Param, build, is_lowered, load_module, signature
 from .timing import TimeResult, flush_cache_now
 
@@ -17,6 +18,9 @@ __all__ = [
     "Module",
     "Param",
     "TimeResult",
+    "aligned_copy",
+    "aligned_empty",
+    "aligned_zeros",
     "build",
     "flush_cache_now",
     "is_lowered",

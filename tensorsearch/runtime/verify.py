@@ -84,6 +84,7 @@ from ..target.intrinsics import (
     warn_not_verified,
 )
 from .cross import CrossRunError, aarch64_tools_available, run_aarch64
+from .memory import aligned_copy
 from .module import build
 
 __all__ = [
@@ -431,14 +432,6 @@ def _program(intr: Intrinsic, target: Hardware) -> PrimFunc:
     return sch.func
 
 
-def _aligned(a: np.ndarray, align: int = 64) -> np.ndarray:
-    raw = np.empty(a.nbytes + align, np.uint8)
-    off = (-raw.ctypes.data) % align
-    out = raw[off : off + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
 def _first_line(err: BaseException) -> str:
     lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
     return lines[0] if lines else type(err).__name__
@@ -458,7 +451,7 @@ def _run(intr: Intrinsic, plan: _Plan, trials: int, seed: int) -> dict[str, Any]
         inputs = random_inputs(intr, s)
         want = interpret(intr.desc_func(), *[a.copy() for a in inputs])
         if obj is None:
-            got = [_aligned(a, max(64, *(o.alignment for o in intr.operands))) for a in inputs]
+            got = [aligned_copy(a, max(64, *(o.alignment for o in intr.operands))) for a in inputs]
             mod(*got)
         else:
             try:
