@@ -1073,7 +1073,7 @@ class _Compiler:
     def e_Select(self, e: Select) -> _Val:
         dt = e.dtype
         c = self.expr(e.condition)
-        if dt.lanes > 1 or e.condition.dtype.lanes > 1:
+        if e.condition.dtype.lanes > 1:
             t = self.expr(e.true_value)
             f = self.expr(e.false_value)
             code = f"np.where({c.code}, {t.code}, {f.code}).astype({self.dtype_obj(dt)}, copy=False)"
@@ -1083,8 +1083,8 @@ class _Compiler:
         f = self.canon(self.expr(e.false_value), dt)
         self.lazy -= 1
         depth = max(c.depth, t.depth, f.depth) + 1
-        code = f"({t.code} if {c.code} else {f.code})"
-        if dt.is_integer:
+        code = f"({t.code} if {c.code} else {f.code})"  # one condition for all lanes: only one side runs
+        if dt.is_integer and dt.lanes == 1:
             return _Val(code, min(t.lo, f.lo), max(t.hi, f.hi), depth)
         return _Val(code, depth=depth)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -9,6 +11,9 @@ import pytest
 import tensorsearch.target
 from tensorsearch import interpret
 from tensorsearch.codegen import llvm as cg
+from tensorsearch.ir import BufferStore, IfThenElse, Select
+from tensorsearch.ir.functor import post_order_visit
+from tensorsearch.lower import lower
 from tensorsearch.runtime import build
 from tensorsearch.script import parse
 
@@ -59,7 +64,54 @@ def f(A: T.Buffer((8,), "float32"), B: T.Buffer((12,), "float32")):
     np.testing.assert_array_equal(got[1], np.pad(a, 2))
     np.testing.assert_array_equal(got[1], want[1])
     text = cg.generate(parse(src))
-    assert "sel.t" in text  # a branch, not an eager select
+    assert "sel.t" not in text  # no branch: the load's address is selected, then its value
+    assert re.search(r'select\s+i1 %"[^"]+", i32', text)  # the index: element 0 where the guard is false
+
+
+def test_select_with_a_division_by_a_variable_branches():
+    # A[i] // d may trap where the guard is false (d = 0): that side runs only behind a branch
+    src = """
+@T.prim_func
+def f(A: T.Buffer((8,), "int32"), D: T.Buffer((8,), "int32"), B: T.Buffer((8,), "int32")):
+    for i in T.serial(8):
+        B[i] = T.Select(D[i] != 0, T.floordiv(A[i], D[i]), 0)
+"""
+    a = rng().integers(-50, 50, 8).astype("int32")
+    d = np.array([3, 0, -2, 0, 5, 7, 0, 1], "int32")
+    b = np.zeros(8, "int32")
+    got, want = run_both(src, a, d, b)
+    np.testing.assert_array_equal(got[2], np.where(d != 0, a // np.where(d == 0, 1, d), 0))
+    np.testing.assert_array_equal(got[2], want[2])
+    assert "sel.t" in cg.generate(parse(src))
+
+
+def test_vectorized_padding_keeps_one_scalar_condition_per_vector():
+    # a padded row copy vectorized over 16 lanes: the condition is the row's, the same for every
+    # lane, so the Select stays one expression (no if around the store) and loads contiguously
+    src = """
+@T.prim_func
+def f(A: T.Buffer((4, 16), "float32"), B: T.Buffer((6, 16), "float32")):
+    for i in T.serial(6):
+        for j in T.vectorized(16):
+            with T.block("pad"):
+                vi, vj = T.axis.remap("SS", [i, j])
+                T.reads(A[vi - 1, vj])
+                T.writes(B[vi, vj])
+                B[vi, vj] = T.Select(1 <= vi and vi < 5, A[vi - 1, vj], T.float32(0.0))
+"""
+    lowered = lower(parse(src))
+    nodes: list = []
+    post_order_visit(lowered.body, nodes.append)
+    assert not any(isinstance(n, IfThenElse) for n in nodes)
+    (store,) = [n for n in nodes if isinstance(n, BufferStore)]
+    assert isinstance(store.value, Select) and store.value.condition.dtype.lanes == 1
+    a = rng().standard_normal((4, 16)).astype("float32")
+    b = np.ones((6, 16), "float32")
+    got, want = run_both(src, a, b)
+    np.testing.assert_array_equal(got[1], np.pad(a, ((1, 1), (0, 0))))
+    np.testing.assert_array_equal(got[1], want[1])
+    text = cg.generate(lowered)
+    assert "sel.t" not in text and "load <16 x float>" in text
 
 
 def test_vector_select_masks_loads():

@@ -22,9 +22,9 @@ from tensorsearch.ir import (
     FloatImm,
     For,
     ForKind,
-    IfThenElse,
     PrimFunc,
     Ramp,
+    Select,
     assert_structural_equal,
     post_order_visit,
 )
@@ -318,7 +318,8 @@ def test_vectorize_loops_vector_form_and_serial_fallbacks():
     # 1: unit-stride store, stride-2 load, broadcast scalar; 2: reduction into one element,
     # 3: if on the lane, 4: Select whose value loads (laziness), 6: non-affine index -> serial;
     # 5: a Select without loads is a vector select; 7: floordiv/floormod inside one block;
-    # 8: a lane-independent Select with loads becomes an if around two vector stores
+    # 8: a lane-independent Select whose values only load keeps its scalar condition (the code
+    # generator guards the loads without a branch)
     assert_program(
         vectorize_loops(parse(VECTOR)),
         """
@@ -339,10 +340,7 @@ def main(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32"), C: T.Buff
     for i in range(2):
         B[T.Ramp(i * 4 + 32, 1, 4)] = T.Broadcast(A[0], 4) + A[T.Ramp(i * 4, 1, 4)]
     for i in range(2):
-        if i < 1:
-            B[T.Ramp(i * 4 + 40, 1, 4)] = A[T.Ramp(i * 4, 1, 4)] * T.Broadcast(T.float32(2.0), 4)
-        else:
-            B[T.Ramp(i * 4 + 40, 1, 4)] = T.Broadcast(T.float32(0.0) * T.float32(2.0), 4)
+        B[T.Ramp(i * 4 + 40, 1, 4)] = T.Select(i < 1, A[T.Ramp(i * 4, 1, 4)], T.Broadcast(T.float32(0.0), 4)) * T.Broadcast(T.float32(2.0), 4)
 """,
     )
     run_both(parse(VECTOR), lower(parse(VECTOR), debug=True))
@@ -492,7 +490,7 @@ def test_scheduled_conv_with_padding_lowers_and_matches():
     n, h, w, co, rh, rw, rc = sch.get_loops(conv)
     co_o, co_i = sch.split(co, [None, 4])
     sch.reorder([n, h, w, co_o, rh, rw, rc, co_i])
-    sch.vectorize(sch.get_loops(pad)[-1])  # padding Select on h, w: an if around vector stores
+    sch.vectorize(sch.get_loops(pad)[-1])  # padding Select on h, w: one condition per vector
     weight = sch.cache_read(conv, 1, "local")
     sch.compute_at(weight, co_o)
     sch.vectorize(co_i)
@@ -502,8 +500,8 @@ def test_scheduled_conv_with_padding_lowers_and_matches():
     low = lower(sch.func, debug=True)
     check_lowered_form(low)
     assert any(
-        isinstance(s.then_case, BufferStore) and isinstance(s.then_case.indices[0], Ramp)
-        for s in nodes_of(low, IfThenElse)
+        isinstance(s.indices[0], Ramp) and isinstance(s.value, Select) and s.value.condition.dtype.lanes == 1
+        for s in nodes_of(low, BufferStore)
     )
     run_both(func, low)
 

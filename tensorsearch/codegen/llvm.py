@@ -213,6 +213,16 @@ def _unsafe(n: Any) -> bool:
     return isinstance(n, Call) and n.op.startswith("llvm.")
 
 
+def _unguardable(n: Any) -> bool:
+    """Whether ``n`` could fault where its scalar guard is false even with its loads redirected
+    to element 0: a division that could trap, an LLVM call, or a load of a buffer that may hold
+    fewer elements than the load reads."""
+    if isinstance(n, BufferLoad):
+        size = n.buffer.shape[0] if len(n.buffer.shape) == 1 else None
+        return not (isinstance(size, IntImm) and size.value >= n.dtype.lanes)
+    return _unsafe(n)
+
+
 _FLOAT_INTRINSICS = {
     "exp": "llvm.exp",
     "exp2": "llvm.exp2",
@@ -277,6 +287,7 @@ class _CodeGen:
         self.loop_ids = 0
         self.parallel_ids = 0
         self.mask: ir.Value | None = None
+        self.guard: ir.Value | None = None  # scalar i1: loads read element 0 where it is false
         self.fn: _Fn
         nt = ir.GlobalVariable(self.module, I32, NUM_THREADS_SYMBOL)
         nt.initializer = ir.Constant(I32, 0)
@@ -877,7 +888,9 @@ class _CodeGen:
         if not (_contains(t, _unsafe) or _contains(f, _unsafe)):
             return self.b.select(c, self.expr(t), self.expr(f))
         if cond.dtype.lanes == 1:
-            return self.lazy(c, t, f, dt)
+            if _contains(t, _unguardable) or _contains(f, _unguardable):
+                return self.lazy(c, t, f, dt)
+            return self.guarded(c, t, f)
         # vector condition: evaluate each side with the other side's lanes masked off
         saved = self.mask
         self.mask = c if saved is None else self.b.and_(saved, c)
@@ -886,6 +899,19 @@ class _CodeGen:
         self.mask = nc if saved is None else self.b.and_(saved, nc)
         fv = self.expr(f)
         self.mask = saved
+        return self.b.select(c, tv, fv)
+
+    def guarded(self, c: ir.Value, t: PrimExpr, f: PrimExpr) -> ir.Value:
+        """``select(c, t, f)`` without a branch: each side's loads read element 0 (which exists)
+        where ``c`` says that side is not taken, so a padded convolution's update stays one basic
+        block and LLVM keeps its accumulators in registers."""
+        saved = self.guard
+        self.guard = c if saved is None else self.b.and_(saved, c)
+        tv = self.expr(t)
+        nc = self.b.not_(c)
+        self.guard = nc if saved is None else self.b.and_(saved, nc)
+        fv = self.expr(f)
+        self.guard = saved
         return self.b.select(c, tv, fv)
 
     def lazy(self, c: ir.Value, t: PrimExpr, f: PrimExpr, dt: DataType) -> ir.Value:
@@ -987,7 +1013,7 @@ class _CodeGen:
         align = e.buffer.dtype.bytes
         b = self.b
         if index.dtype.lanes == 1:
-            p = b.gep(ptr, [self.expr(index)], inbounds=True, source_etype=st)
+            p = b.gep(ptr, [self._guarded_index(index)], inbounds=True, source_etype=st)
             return self.from_storage(b.load(p, typ=st, align=align), e.buffer.dtype)
         lanes = index.dtype.lanes
         if (
@@ -996,9 +1022,9 @@ class _CodeGen:
             and isinstance(index.stride, IntImm)
             and index.stride.value == 1
         ):
-            p = b.gep(ptr, [self.expr(index.base)], inbounds=True, source_etype=st)
+            p = b.gep(ptr, [self._guarded_index(index.base)], inbounds=True, source_etype=st)
             return self.from_storage(b.load(p, typ=ir.VectorType(st, lanes), align=align), e.buffer.dtype)
-        idx = self.expr(index)
+        idx = self._guarded_index(index)
         if self.mask is not None:
             # masked-off lanes read element 0, which exists, and their values are never used
             idx = b.select(self.mask, idx, ir.Constant(idx.type, None))
@@ -1008,6 +1034,13 @@ class _CodeGen:
             p = b.gep(ptr, [b.extract_element(idx, lane)], inbounds=True, source_etype=st)
             vec = b.insert_element(vec, b.load(p, typ=st, align=align), lane)
         return self.from_storage(vec, e.buffer.dtype)
+
+    def _guarded_index(self, index: PrimExpr) -> ir.Value:
+        """``index``, or 0 where the scalar guard of an enclosing ``guarded`` select is false."""
+        idx = self.expr(index)
+        if self.guard is None:
+            return idx
+        return self.b.select(self.guard, idx, ir.Constant(idx.type, None))
 
     # calls -------------------------------------------------------------------------------
     def call_intrinsic(self, name: str, args: list[ir.Value]) -> ir.Value:

@@ -31,7 +31,7 @@ from ..ir.expr import (
     Sub,
     Var,
 )
-from ..ir.functor import Mutator, Visitor, children, substitute
+from ..ir.functor import Mutator, Visitor, children, post_order_visit, substitute
 from ..ir.stmt import Buffer, BufferStore, For, ForKind, IfThenElse, PrimFunc, SeqStmt, Stmt, seq
 from .common import contains, uses_var
 
@@ -79,9 +79,12 @@ class _Vectorizer:
         if isinstance(e, Not):
             return Not(self.expr(e.a))
         if isinstance(e, Select):
-            if contains(e.true_value, _LAZY_UNSAFE) or contains(e.false_value, _LAZY_UNSAFE):
+            lazy = contains(e.true_value, _LAZY_UNSAFE) or contains(e.false_value, _LAZY_UNSAFE)
+            if lazy and not _loads_only_select(e, self.var):
                 raise _Fallback("a Select whose values load or divide cannot be evaluated for all lanes")
             c, t, f = self.expr(e.condition), self.expr(e.true_value), self.expr(e.false_value)
+            if lazy:  # one condition for all lanes: the code generator keeps the loads guarded
+                return Select(c, self.bc(t), self.bc(f))
             return Select(self.bc(c), self.bc(t), self.bc(f))
         if isinstance(e, Cast):
             v = self.expr(e.value)
@@ -153,6 +156,7 @@ class _Vectorizer:
                 uses_var(e, self.var)
                 and not uses_var(e.condition, self.var)
                 and (contains(e.true_value, _LAZY_UNSAFE) or contains(e.false_value, _LAZY_UNSAFE))
+                and not _loads_only_select(e, self.var)
             ):
                 return e
             return self.hoistable_select(e.condition)  # the values are evaluated lazily
@@ -185,6 +189,32 @@ class _Vectorizer:
             other = None if s.else_case is None else self.stmt(s.else_case)
             return IfThenElse(s.condition, self.stmt(s.then_case), other)
         raise _Fallback(f"cannot vectorize a {type(s).__name__} statement")
+
+
+def _loads_only_select(e: Select, var: Var) -> bool:
+    """``e``'s condition is the same for every lane and its values can fault only by loading:
+    it stays one expression with a scalar condition, which the code generator evaluates
+    without a branch (a padded convolution's ``Select(in_bounds, x[...], 0)``), instead of an
+    ``if`` around the store that splits an unrolled update into many basic blocks."""
+    if uses_var(e.condition, var):
+        return False
+    return not (_faults(e.true_value) or _faults(e.false_value))
+
+
+def _faults(e: PrimExpr) -> bool:
+    """Whether ``e`` holds a call or an integer division that could trap (a divisor other than
+    a constant besides 0 and -1)."""
+    found: list[PrimExpr] = []
+
+    def visit(n: PrimExpr) -> None:
+        if isinstance(n, Call):
+            found.append(n)
+        elif isinstance(n, Div | Mod | FloorDiv | FloorMod) and not n.dtype.is_float:
+            if not (isinstance(n.b, IntImm) and n.b.value not in (0, -1)):
+                found.append(n)
+
+    post_order_visit(e, visit)
+    return bool(found)
 
 
 def _replace(e: PrimExpr, old: PrimExpr, new: PrimExpr) -> PrimExpr:
