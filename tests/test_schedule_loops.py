@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -13,6 +14,7 @@ from schedule_util import assert_program, check_same_results, check_trace_round_
 
 from tensorsearch import workloads
 from tensorsearch.ir import ForKind
+from tensorsearch.runtime import build
 from tensorsearch.schedule import (
     BlockNotFound,
     InvalidArgument,
@@ -109,6 +111,19 @@ def main(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
             T.reads(A[vi, vj])
             T.writes(B[vi, vj])
             B[vi, vj] = A[vi, vj] * T.float32(2.0)
+"""
+
+# B reads what it writes: writing a point twice would add twice
+NOT_AFFINE_ACCUMULATE = """
+@T.prim_func
+def main(A: T.Buffer((16, 16), "float32"), B: T.Buffer((16, 16), "float32")):
+    for i, j in T.grid(16, 16):
+        with T.block("B"):
+            vi = T.axis.spatial(16, (i + j) % 16)
+            vj = T.axis.spatial(16, j)
+            T.reads(A[vi, vj], B[vi, vj])
+            T.writes(B[vi, vj])
+            B[vi, vj] = B[vi, vj] + A[vi, vj]
 """
 
 # a loop starting at 2
@@ -638,10 +653,35 @@ def test_loop_kind_opaque_and_not_affine_errors():
     sch, (i, j) = _sch(OPAQUE, "B")
     _fails(sch, lambda: sch.parallel(i), LoopKindError, "cannot parallelize loop i: block B's opaque iterator vi")
     sch.vectorize(j)  # vj is spatial
-    sch2, (ni, _) = _sch(NOT_AFFINE, "B")
-    _fails(sch2, lambda: sch2.parallel(ni), NotAffineBinding, "cannot parallelize loop i: .*block B")
+    sch2, (ni, nj) = _sch(NOT_AFFINE, "B")
     _fails(sch2, lambda: sch2.bind(ni, "blockIdx.x"), NotAffineBinding, "cannot bind loop i to blockIdx.x")
+    _fails(sch2, lambda: sch2.vectorize(nj), NotAffineBinding, "cannot vectorize loop j: .*block B")
     sch2.unroll(ni)  # unrolling has no requirement
+    sch3, (ri, _) = _sch(NOT_AFFINE_ACCUMULATE, "B")
+    _fails(sch3, lambda: sch3.parallel(ri), NotAffineBinding, "cannot parallelize loop i: .*block B")
+
+
+def test_parallel_takes_a_pure_spatial_block_with_overlapping_bindings():
+    # B writes each point from A alone: two threads writing one point write the same value
+    sch, (i, _) = _sch(NOT_AFFINE, "B")
+    sch.parallel(i)
+    a = np.random.default_rng(3).standard_normal((16, 16)).astype("float32")
+    b = np.zeros((16, 16), "float32")
+    build(sch.func)(a, b)
+    np.testing.assert_array_equal(b, a * 2)
+
+
+def test_parallel_over_a_padding_copy_computed_at_overlapping_row_tiles():
+    wl = workloads.make("DEP", (1, 8, 8, 16, 3, 1, 1))
+    sch = Schedule(wl.func)
+    conv = sch.get_block("depth_conv2d_nhwc")
+    h_o, _ = sch.split(sch.get_loops(conv)[1], [None, 2])
+    sch.compute_at(sch.get_block("PadInput"), h_o)  # rows 2t .. 2t+3: each tile re-reads a halo
+    sch.parallel(h_o)
+    inputs = [a.copy() for a in wl.make_inputs(5)]
+    out = np.zeros(wl.outputs[0].shape, wl.outputs[0].dtype)
+    build(sch.func)(*inputs, out)
+    wl.check([out], wl.reference(*inputs))
 
 
 def test_vectorize_needs_constant_extent():

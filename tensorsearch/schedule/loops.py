@@ -56,6 +56,15 @@ def _conjoin(old: PrimExpr, new: PrimExpr) -> PrimExpr:
     return new if _is_const(old, 1) and old.dtype.is_bool else old & new
 
 
+def _spatial_only(block: Block) -> bool:
+    """Every iterator of ``block`` is spatial and it reads no buffer it writes: the value it
+    writes at a point depends on the point alone, so writing a point twice writes it the same."""
+    written = {r.buffer.name for r in block.writes}
+    return all(iv.iter_type == IterType.SPATIAL for iv in block.iter_vars) and not any(
+        r.buffer.name in written for r in block.reads
+    )
+
+
 def _realizes(stmt: Stmt, path: tuple[Stmt, ...], nested: bool) -> Iterator[Located]:
     """The BlockRealizes under ``stmt`` (first-level only unless ``nested``), skipping init statements.
 
@@ -588,13 +597,17 @@ class LoopPrimitives(ScheduleState):
                     loop=name,
                     fragment=self._fragment(node),
                 )
-            self._check_parallelizable(loc, what, thread)
+            self._check_parallelizable(loc, what, thread, kind)
             if thread is not None:
                 self._check_thread_extent(loc, thread)
         new = dataclasses.replace(node, kind=kind, thread_binding=thread)
         self.func = replace(self.func, {id(node): new})
 
-    def _check_parallelizable(self, loc: Located, what: str, thread: str | None) -> None:
+    def _check_parallelizable(self, loc: Located, what: str, thread: str | None, kind: ForKind) -> None:
+        """Every block under the loop has affine bindings and binds the loop to spatial iterators
+        only. ``parallel`` also takes a block of spatial iterators only whose bindings overlap (a
+        padded or packed copy ``compute_at`` a tile, which re-reads a halo): two threads then
+        write the same value to the same element, as TVM allows."""
         node: For = loc.node
         var = node.loop_var
         for rloc in _realizes(node, loc.path[:-1], nested=True):
@@ -602,7 +615,7 @@ class LoopPrimitives(ScheduleState):
             assert isinstance(realize, BlockRealize)
             block = realize.block
             err = affine_binding_error(realize, _dom(loops_above(rloc.path)))
-            if err is not None:
+            if err is not None and not (kind == ForKind.PARALLEL and _spatial_only(block)):
                 raise NotAffineBinding(
                     f"cannot {what}: {err}; the blocks under the loop must have affine bindings",
                     block=block.name,
