@@ -28,11 +28,13 @@ The rules (per tiled block; ``S3`` innermost spatial tile, ``R1`` inner reductio
   reach ``4 x cores`` iterations; ``S1`` the remainder; the parallel annotation is the largest
   candidate not above that product;
 * **unroll**: the smallest step that unrolls the register tile (one step per accumulator vector
-  or intrinsic call), not the reduction loop around it; odd variants leave unrolling to LLVM.
+  or intrinsic call), not the reduction loop around it; odd variants leave unrolling to LLVM;
+* **compute locations**: inline (a padding stage read through its ``Select``), the root where
+  inlining is illegal.
 
 Footprints are exact for affine accesses: a buffer region's extent along one dimension is
-``sum |coefficient| x (tile - 1) + extent per iteration``. Any other sampling instruction
-(compute locations, an rfactor split) is sampled afresh with the schedule's seed.
+``sum |coefficient| x (tile - 1) + extent per iteration``. Any other sampling instruction (an
+rfactor split) is sampled afresh with the schedule's seed.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from ..ir.functor import free_vars, substitute
 from ..schedule import Schedule, ScheduleError, Trace
 from ..schedule.trace import _flatten_outputs, _map_rvs
 from ..target import Hardware
-from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _iter_kinds
+from .space import AUTO_TENSORIZE, PARALLEL, TILING_STRUCTURE, UNROLL, _in_intrinsic_tile, _iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
 
@@ -287,10 +289,14 @@ class _Decider:
         name = inst.kind.name
         if name == "sample_perfect_tile":
             return self._tile(sch, inst, kwargs, blocks)
-        if name == "sample_compute_location" and self.compute_root:
-            # the root: a stage there runs once, where a sampled loop may re-run it whole at every
-            # iteration (compute_at cannot narrow a copy into a padded packed layout)
-            return -1
+        if name == "sample_compute_location":
+            # compute_root: the root, where a stage runs once (a sampled loop may re-run it whole
+            # at every iteration: compute_at cannot narrow a copy into a padded packed layout).
+            # Else inline (the root where inlining is illegal), as TVM's AutoInline does padding:
+            # the consumer reads through the padding's Select, which costs no copy and no branch
+            if self.compute_root:
+                return -1
+            return None if _feeds_an_intrinsic(sch, kwargs["block"]) else -2
         if name == "sample_categorical" and inst.outputs:
             key = self.feeds.get(id(inst.outputs[0]))
             cands = list(kwargs["candidates"])
@@ -322,6 +328,16 @@ class _Decider:
         if tiles is None or len(tiles) != kwargs["n"] or tiles[-1] > max_inner:
             return None
         return list(tiles)
+
+
+def _feeds_an_intrinsic(sch: Schedule, block: Any) -> bool:
+    """Whether a consumer of ``block`` is (or will be) tensorized: an intrinsic reads its operands
+    directly, so a padding stage cannot be inlined into it."""
+    try:
+        consumers = sch.get_consumers(block)
+    except ScheduleError:
+        return True
+    return any(_in_intrinsic_tile(sch, c) or dict(sch.get(c).annotations).get(AUTO_TENSORIZE) for c in consumers)
 
 
 def heuristic_trace(
