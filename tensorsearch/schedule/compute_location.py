@@ -426,12 +426,12 @@ def _compute_at_func(
         )
     # 6. the regions the block provides and the regions the others require under the loop
     realizes = {id(r.block): (r, p) for r, p in child_block_paths(scope)}
-    if not is_compute_at:
-        _check_producers_finished(block, under, realizes, [*loops_above(loop_loc.path), loop], lname)
+    outer_loops = [*loops_above(loop_loc.path), loop]
     if is_compute_at:
         touched = {w.buffer for w in block.writes}
         provided = {b: [w for w in block.writes if w.buffer is b] for b in touched}
     else:
+        _check_producers_finished(block, under, realizes, outer_loops, lname)
         touched = {w.buffer for p in producers for w in p.writes} & {r.buffer for r in block.reads}
         provided = {b: [r for r in block.reads if r.buffer is b] for b in touched}
     required: dict[Buffer, list[list[IntervalSet]]] = {}
@@ -444,7 +444,6 @@ def _compute_at_func(
             if region.buffer in touched:
                 required.setdefault(region.buffer, []).append(relax_region(unbind_region(region, realize), relax))
     # 7. the new domain of each block iterator, the new loops and bindings
-    outer_loops = [*loops_above(loop_loc.path), loop]
     env = loop_domains(outer_loops)
     needed = _block_var_domains(block, provided, required, env)
     loop_vars: list[tuple[Var, PrimExpr]] = []
