@@ -890,28 +890,23 @@ class _CodeGen:
         if cond.dtype.lanes == 1:
             if _contains(t, _unguardable) or _contains(f, _unguardable):
                 return self.lazy(c, t, f, dt)
-            return self.guarded(c, t, f)
+            # no branch: each side's loads read element 0 (which exists) where that side is not
+            # taken, so a padded convolution's update stays one basic block and LLVM keeps its
+            # accumulators in registers
+            return self.each_side_under(c, t, f, "guard")
         # vector condition: evaluate each side with the other side's lanes masked off
-        saved = self.mask
-        self.mask = c if saved is None else self.b.and_(saved, c)
-        tv = self.expr(t)
-        nc = self.b.not_(c)
-        self.mask = nc if saved is None else self.b.and_(saved, nc)
-        fv = self.expr(f)
-        self.mask = saved
-        return self.b.select(c, tv, fv)
+        return self.each_side_under(c, t, f, "mask")
 
-    def guarded(self, c: ir.Value, t: PrimExpr, f: PrimExpr) -> ir.Value:
-        """``select(c, t, f)`` without a branch: each side's loads read element 0 (which exists)
-        where ``c`` says that side is not taken, so a padded convolution's update stays one basic
-        block and LLVM keeps its accumulators in registers."""
-        saved = self.guard
-        self.guard = c if saved is None else self.b.and_(saved, c)
+    def each_side_under(self, c: ir.Value, t: PrimExpr, f: PrimExpr, attr: str) -> ir.Value:
+        """``select(c, t, f)`` with ``t`` evaluated under ``c`` and ``f`` under ``not c``, both
+        and-ed into ``self.<attr>`` (``mask``: lanes; ``guard``: the scalar that loads obey)."""
+        saved = getattr(self, attr)
+        setattr(self, attr, c if saved is None else self.b.and_(saved, c))
         tv = self.expr(t)
         nc = self.b.not_(c)
-        self.guard = nc if saved is None else self.b.and_(saved, nc)
+        setattr(self, attr, nc if saved is None else self.b.and_(saved, nc))
         fv = self.expr(f)
-        self.guard = saved
+        setattr(self, attr, saved)
         return self.b.select(c, tv, fv)
 
     def lazy(self, c: ir.Value, t: PrimExpr, f: PrimExpr, dt: DataType) -> ir.Value:
@@ -1036,7 +1031,7 @@ class _CodeGen:
         return self.from_storage(vec, e.buffer.dtype)
 
     def _guarded_index(self, index: PrimExpr) -> ir.Value:
-        """``index``, or 0 where the scalar guard of an enclosing ``guarded`` select is false."""
+        """``index``, or 0 where the scalar guard of an enclosing branchless select is false."""
         idx = self.expr(index)
         if self.guard is None:
             return idx
