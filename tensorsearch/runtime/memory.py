@@ -22,7 +22,7 @@ ALIGNMENT = 64  # bytes: a cache line, and an AVX-512 vector
 def aligned_empty(shape: Any, dtype: Any, align: int = ALIGNMENT) -> np.ndarray:
     """An uninitialized C-contiguous array whose data starts at a multiple of ``align`` bytes."""
     dtype = np.dtype(dtype)
-    shape = tuple(int(s) for s in np.atleast_1d(shape)) if np.ndim(shape) else (int(shape),)
+    shape = (int(shape),) if np.isscalar(shape) else tuple(int(s) for s in shape)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     raw = np.empty(nbytes + align, np.uint8)
     off = (-raw.ctypes.data) % align

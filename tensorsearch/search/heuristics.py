@@ -48,7 +48,7 @@ from ..ir.functor import free_vars, substitute
 from ..schedule import Schedule, ScheduleError, Trace
 from ..schedule.trace import _flatten_outputs, _map_rvs
 from ..target import Hardware
-from .space import AUTO_TENSORIZE, PARALLEL, TILING_STRUCTURE, UNROLL, _in_intrinsic_tile, _iter_kinds
+from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
 
@@ -331,13 +331,12 @@ class _Decider:
 
 
 def _feeds_an_intrinsic(sch: Schedule, block: Any) -> bool:
-    """Whether a consumer of ``block`` is (or will be) tensorized: an intrinsic reads its operands
-    directly, so a padding stage cannot be inlined into it."""
+    """Whether a consumer of ``block`` is (or will be) tensorized, so that a padding stage cannot
+    be inlined into it (True when the consumers cannot be told)."""
     try:
-        consumers = sch.get_consumers(block)
+        return _any_tensorized(sch, sch.get_consumers(block))
     except ScheduleError:
         return True
-    return any(_in_intrinsic_tile(sch, c) or dict(sch.get(c).annotations).get(AUTO_TENSORIZE) for c in consumers)
 
 
 def heuristic_trace(

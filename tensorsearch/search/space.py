@@ -96,6 +96,12 @@ def _is_output(sch: Schedule, block: BlockRV) -> bool:
     return any(r.buffer.name in params for r in sch.get(block).writes)
 
 
+def _any_tensorized(sch: Schedule, blocks: list[BlockRV]) -> bool:
+    """Whether one of ``blocks`` is (or, annotated for auto-tensorize, will be) an intrinsic's
+    tile: an intrinsic reads its operands directly, so nothing can be inlined into or out of it."""
+    return any(_in_intrinsic_tile(sch, b) or dict(sch.get(b).annotations).get(AUTO_TENSORIZE) for b in blocks)
+
+
 def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
     """Whether the block is the inner block of a tile marked for tensorization."""
     path = sch._block(block).path
@@ -202,10 +208,9 @@ class AutoInline(ScheduleRule):
 
         def tensorized(neighbours: Any) -> bool:
             try:
-                blocks = neighbours(block)
+                return _any_tensorized(sch, neighbours(block))
             except ScheduleError:
                 return False
-            return any(_in_intrinsic_tile(sch, b) or dict(sch.get(b).annotations).get(AUTO_TENSORIZE) for b in blocks)
 
         selects = self.config["disallow_select"] and _has_select(blk)
         if (
