@@ -6,33 +6,18 @@ skipped with a reason when nvcc is not installed.
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
 import warnings
 
 import pytest
+from cuda_util import NVCC, SM86, gemm_func, needs_nvcc, wmma_gemm, wmma_tile
 from schedule_util import check_trace_round_trip
 
-import tensorsearch as ts
 from tensorsearch.codegen import cuda
 from tensorsearch.ir import assert_structural_equal
 from tensorsearch.schedule import InvalidArgument, Schedule, TensorizeError
 from tensorsearch.script import parse
-
-SM86 = ts.hardware.load("nvidia-sm86")
-
-
-def _nvcc() -> str | None:
-    found = shutil.which("nvcc")
-    if found is None and os.access("/usr/local/cuda/bin/nvcc", os.X_OK):
-        found = "/usr/local/cuda/bin/nvcc"
-    return found
-
-
-NVCC = _nvcc()
-needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc is not installed (neither on PATH nor /usr/local/cuda/bin)")
 
 
 def _ptx(tmp_path, source: str) -> str:
@@ -45,42 +30,8 @@ def _ptx(tmp_path, source: str) -> str:
     return ptx.read_text()
 
 
-def _gemm_func():
-    return ts.workloads.make("GMM", (1, 64, 64, 64), "float16").func
-
-
-def _wmma_tile(sch: Schedule):
-    """16x16 warp tiles (blockIdx.x/y, threadIdx.y), each tile blockized over its whole reduction:
-    (the tile block, the blockIdx.y loop)."""
-    b = sch.get_block("Z")
-    _bb, i, j, k = sch.get_loops(b)
-    io, ii = sch.split(i, [None, 16])
-    jo, jt, ji = sch.split(j, [None, 2, 16])
-    ko, ki = sch.split(k, [None, 16])
-    sch.reorder(io, jo, jt, ii, ji, ko, ki)
-    sch.bind(io, "blockIdx.x")
-    sch.bind(jo, "blockIdx.y")
-    sch.bind(jt, "threadIdx.y")
-    return sch.blockize(ii), jo
-
-
-def _wmma_gemm(unit: str = "wmma_16x16x16_f16f32", shared: bool = False, annotate: bool = False) -> Schedule:
-    """f16 x f16 -> f32 GEMM 64^3 whose warp tiles are computed by the YAML unit: tensorized (checked
-    at schedule time), or, with ``annotate``, only annotated (checked when lowering)."""
-    sch = Schedule(_gemm_func(), hardware=SM86)
-    tile, jo = _wmma_tile(sch)
-    if annotate:
-        sch.annotate(tile, cuda.UNIT_ATTR, unit)
-    else:
-        sch.tensorize(tile, unit)
-    if shared:  # stage X and Y through shared memory per thread block (the YAML's load scope)
-        for index in (0, 1):
-            sch.compute_at(sch.cache_read(tile, index, "shared"), jo)
-    return sch
-
-
 def test_wmma_gemm_source_structure():
-    src = cuda.generate(_wmma_gemm().func, "nvidia-sm86")
+    src = cuda.generate(wmma_gemm().func, "nvidia-sm86")
     assert (
         'extern "C" __global__ void main_kernel(half* __restrict__ X, half* __restrict__ Y, float* __restrict__ Z)'
         in src
@@ -101,7 +52,7 @@ def test_wmma_gemm_source_structure():
 @needs_nvcc
 @pytest.mark.parametrize("shared", [False, True])
 def test_wmma_gemm_compiles_to_wmma_ptx(tmp_path, shared):
-    src = cuda.generate(_wmma_gemm(shared=shared).func, "nvidia-sm86")
+    src = cuda.generate(wmma_gemm(shared=shared).func, "nvidia-sm86")
     if shared:
         assert "__shared__ half X_shared[" in src and "load_matrix_sync(X_shared_matrix_a, (&X_shared[" in src
         assert src.index("__syncthreads();") < src.index("fill_fragment(")
@@ -115,7 +66,7 @@ def test_generated_units_say_they_were_not_verified(monkeypatch):
     from tensorsearch.target import IntrinsicNotVerified, intrinsics
 
     monkeypatch.setattr(intrinsics, "_WARNED_NOT_VERIFIED", set())
-    func = _wmma_gemm().func
+    func = wmma_gemm().func
     with pytest.warns(IntrinsicNotVerified) as record:
         cuda.generate(func, "nvidia-sm86")
     messages = sorted(str(w.message) for w in record if issubclass(w.category, IntrinsicNotVerified))
@@ -130,26 +81,26 @@ def test_generated_units_say_they_were_not_verified(monkeypatch):
 
 def test_annotated_unit_matches_tensorized_unit():
     # the annotation path still works, and tensorize records exactly the same annotation
-    annotated = _wmma_gemm(annotate=True)
-    tensorized = _wmma_gemm()
+    annotated = wmma_gemm(annotate=True)
+    tensorized = wmma_gemm()
     assert_structural_equal(annotated.func, tensorized.func)
     assert cuda.generate(annotated.func, "nvidia-sm86") == cuda.generate(tensorized.func, "nvidia-sm86")
     # naming the unit's compute intrinsic selects the unit
-    by_compute = Schedule(_gemm_func(), hardware=SM86)
-    by_compute.tensorize(_wmma_tile(by_compute)[0], "wmma_mma_16x16x16_f16f32")
+    by_compute = Schedule(gemm_func(), hardware=SM86)
+    by_compute.tensorize(wmma_tile(by_compute)[0], "wmma_mma_16x16x16_f16f32")
     assert_structural_equal(by_compute.func, tensorized.func)
 
 
 def test_tensorize_unit_trace_round_trip():
-    sch = _wmma_gemm(shared=True)
+    sch = wmma_gemm(shared=True)
     assert "tensorize" in sch.trace.as_python() and "wmma_16x16x16_f16f32" in sch.trace.as_python()
-    check_trace_round_trip(sch, _gemm_func())
+    check_trace_round_trip(sch, gemm_func())
 
 
 def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
     # the f16-accumulating unit does not compute the float32 accumulation of this GEMM
-    sch = Schedule(_gemm_func(), hardware=SM86)
-    tile, _jo = _wmma_tile(sch)
+    sch = Schedule(gemm_func(), hardware=SM86)
+    tile, _jo = wmma_tile(sch)
     before, trace = sch.func, sch.trace.as_json_text()
     with pytest.raises(
         TensorizeError,
@@ -165,7 +116,7 @@ def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
         sch.tensorize(tile, "wmma_fill_16x16x16_f32")
     assert sch.func is before and sch.trace.as_json_text() == trace
     # a loop is blockized first; on failure that blockize is undone too
-    sch = Schedule(_gemm_func(), hardware=SM86)
+    sch = Schedule(gemm_func(), hardware=SM86)
     _bb, i, _j, _k = sch.get_loops(sch.get_block("Z"))
     before, trace = sch.func, sch.trace.as_json_text()
     with pytest.raises(TensorizeError, match="CUDA unit wmma_16x16x16_f16f32: iterator i .*covers 64 elements"):
@@ -176,9 +127,9 @@ def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
 def test_unit_semantics_mismatch_is_an_error():
     # the annotation path is checked when lowering, by the same check_unit
     with pytest.raises(cuda.CudaCodegenError, match=r"block Z_o \(unit wmma_16x16x16_f16f16\).*semantics"):
-        cuda.generate(_wmma_gemm("wmma_16x16x16_f16f16", annotate=True).func, SM86)
+        cuda.generate(wmma_gemm("wmma_16x16x16_f16f16", annotate=True).func, SM86)
     with pytest.raises(cuda.CudaCodegenError, match="hardware nvidia-sm86 offers no unit 'no_such_unit'"):
-        cuda.generate(_wmma_gemm("no_such_unit", annotate=True).func, SM86)
+        cuda.generate(wmma_gemm("no_such_unit", annotate=True).func, SM86)
 
 
 ELEMENTWISE = """
@@ -214,7 +165,7 @@ def test_elementwise_source():
     src = cuda.generate(_elementwise(True).func, SM86)
     assert "__shared__ half A_shared[" in src
     assert (
-        src.index("A_shared[((i_0 * 128) + ax0)] = ")
+        src.index("A_shared[ax0] = A[((i_0 * 128) + ax0)];")
         < src.index("__syncthreads();")
         < src.index("int i_1 = threadIdx.x;")
     )

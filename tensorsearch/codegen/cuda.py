@@ -30,9 +30,14 @@ intrinsics and ``compute``, then ``store`` of the accumulator into its region.
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..arith import simplify as simplify_expr
 from ..ir import (
     Add,
     Allocate,
@@ -75,6 +80,7 @@ from ..ir import (
 from ..ir.expr import EQ, GE, GT, LE, LT, NE
 from ..lower import flatten_buffers, lower_blocks, lower_init, simplify
 from ..lower.common import LoweringError
+from ..lower.compact import compact_gpu_buffers
 from ..schedule.units import MEMORY_SCOPES, UNIT_ATTR, UnitError, const_value, find_unit, unit_statement
 from ..target import Hardware, Intrinsic, resolve
 from ..target.intrinsics import CudaImpl, cuda_unverified_reason, warn_not_verified
@@ -84,7 +90,12 @@ __all__ = [
     "MEMORY_SCOPES",
     "UNIT_ATTR",
     "CudaCodegenError",
+    "CudaKernel",
+    "NvccNotFound",
+    "compile_cuda",
+    "find_nvcc",
     "generate",
+    "generate_kernel",
     "lower_gpu",
     "lower_units",
 ]
@@ -136,8 +147,12 @@ def lower_units(func: PrimFunc, target: Hardware) -> PrimFunc:
     return replace(func, body=_rewrite(func.body, fn))
 
 
-# No compact_buffers: unit strides are fixed by lower_units from the allocated shapes.
-GPU_PIPELINE = [lower_units, lower_init, lower_blocks, flatten_buffers, simplify]
+def lower_gpu_blocks(func: PrimFunc) -> PrimFunc:
+    """``lower_blocks`` without its CPU compaction (``compact_gpu_buffers`` follows it)."""
+    return lower_blocks(func, compact=False)
+
+
+GPU_PIPELINE = [lower_units, lower_init, lower_gpu_blocks, compact_gpu_buffers, flatten_buffers, simplify]
 
 
 def lower_gpu(func: PrimFunc, target: Hardware) -> PrimFunc:
@@ -225,6 +240,9 @@ class _Printer:
             return v
         if isinstance(e, Var):
             return self.name(e, e.name)
+        if isinstance(e, Sub) and _address_of(e.a) and _address_of(e.b):  # a row stride (units.py)
+            (a,), (b,) = e.a.args[0].indices, e.b.args[0].indices
+            return self.expr(simplify_expr(a - b))
         if isinstance(e, tuple(_BINOPS)):
             return f"({self.expr(e.a)} {_BINOPS[type(e)]} {self.expr(e.b)})"
         if isinstance(e, (Div, Mod)):
@@ -374,6 +392,10 @@ class _Printer:
             raise CudaCodegenError(f"the CUDA generator cannot print {type(s).__name__}")
 
 
+def _address_of(e: PrimExpr) -> bool:
+    return isinstance(e, Call) and e.op == "address_of" and isinstance(e.args[0], BufferLoad)
+
+
 def _shared_accesses(stmt: Stmt, reads: bool) -> set[Buffer]:
     """The shared buffers ``stmt`` reads (or writes)."""
     out: set[Buffer] = set()
@@ -394,12 +416,32 @@ def _is_lowered(func: PrimFunc) -> bool:
     return not found
 
 
+@dataclass(frozen=True)
+class CudaKernel:
+    """One generated kernel: its CUDA C ``source``, its ``name`` and the ``launch`` extents its
+    thread bindings ask for (``{"blockIdx.x": 64, "threadIdx.x": 32, ...}``)."""
+
+    name: str
+    source: str
+    launch: tuple[tuple[str, int], ...]
+
+    def dims(self, kind: str) -> tuple[int, int, int]:
+        """The grid (``kind="blockIdx"``) or block (``"threadIdx"``) as (x, y, z)."""
+        launch = dict(self.launch)
+        return tuple(launch.get(f"{kind}.{axis}", 1) for axis in "xyz")  # type: ignore[return-value]
+
+
 def generate(func: PrimFunc, target: Hardware | str, name: str | None = None) -> str:
     """The CUDA C source of ``func`` as one ``extern "C" __global__`` kernel (module doc).
 
     ``target`` (a GPU Hardware, or a descriptor's name or path) offers the unit intrinsics the
     program uses. ``func`` may be scheduled (it is lowered with :func:`lower_gpu`) or already lowered.
     """
+    return generate_kernel(func, target, name).source
+
+
+def generate_kernel(func: PrimFunc, target: Hardware | str, name: str | None = None) -> CudaKernel:
+    """:func:`generate`, with the kernel's name and launch extents beside its source."""
     hw = resolve(target)
     low = func if _is_lowered(func) else lower_gpu(func, hw)
     p = _Printer(hardware=hw)
@@ -420,5 +462,57 @@ def generate(func: PrimFunc, target: Hardware | str, name: str | None = None) ->
     launch = ", ".join(f"{k}={v}" for k, v in sorted(p.launch.items()))
     head = [f"#include <{h}>" for h in sorted(p.includes)]
     head += ["", f"// launch: {launch or 'grid 1, block 1'}"]
-    head.append(f'extern "C" __global__ void {p.name(("kernel",), str(kernel))}({", ".join(params)}) {{')
-    return "\n".join([*head, *p.lines, "}", ""])
+    symbol = p.name(("kernel",), str(kernel))
+    head.append(f'extern "C" __global__ void {symbol}({", ".join(params)}) {{')
+    source = "\n".join([*head, *p.lines, "}", ""])
+    return CudaKernel(symbol, source, tuple(sorted(p.launch.items())))
+
+
+# ---------------------------------------------------------------------------------------------
+# nvcc
+
+
+class NvccNotFound(CudaCodegenError):
+    """No CUDA compiler on this machine."""
+
+
+def find_nvcc() -> str | None:
+    """nvcc on PATH, in ``$CUDA_HOME/bin`` or in ``/usr/local/cuda/bin``; None when absent."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    for root in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        path = os.path.join(root, "bin", "nvcc") if root else ""
+        if path and os.access(path, os.X_OK):
+            return path
+    return None
+
+
+def compile_cuda(source: str, target: Hardware | str, output: str = "cubin") -> bytes:
+    """Compile CUDA C ``source`` with nvcc for ``target``'s architecture (``-arch=sm_XY``, -O3)
+    to a ``cubin`` (machine code) or ``ptx`` (text, returned as bytes).
+
+    Raises :class:`NvccNotFound` without nvcc, :class:`CudaCodegenError` with nvcc's first error
+    lines when it refuses the source."""
+    hw = resolve(target)
+    if hw.gpu is None:
+        raise CudaCodegenError(f"hardware {hw.name} is not a GPU (kind {hw.kind}); CUDA needs a kind: gpu descriptor")
+    if output not in ("cubin", "ptx"):
+        raise ValueError(f"compile_cuda: output must be 'cubin' or 'ptx', got {output!r}")
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise NvccNotFound(
+            f"building for {hw.name} needs nvcc, the CUDA compiler, which was found neither on PATH nor in "
+            "$CUDA_HOME/bin or /usr/local/cuda/bin; install the CUDA toolkit"
+        )
+    with tempfile.TemporaryDirectory(prefix="tensorsearch-cuda-") as tmp:
+        cu, out = os.path.join(tmp, "kernel.cu"), os.path.join(tmp, f"kernel.{output}")
+        with open(cu, "w") as f:
+            f.write(source)
+        cmd = [nvcc, f"-{output}", f"-arch={hw.gpu.sm}", "-O3", "-o", out, cu]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines()
+            raise CudaCodegenError(f"nvcc refused the kernel for {hw.gpu.sm}: " + "; ".join(errors[:3]))
+        with open(out, "rb") as f:
+            return f.read()

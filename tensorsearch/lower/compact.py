@@ -71,10 +71,12 @@ def _bounded(v: Any) -> bool:
 
 
 def _region(buf: Buffer, stmt: Stmt, dom: dict[Var, Any]) -> list[tuple[PrimExpr, PrimExpr] | None] | None:
-    """Per dimension, the inclusive bounds (over the loops inside ``stmt``) of the accesses."""
+    """Per dimension, the inclusive bounds (over the loops inside ``stmt``, and the thread loops
+    around it that ``dom`` relaxes) of the accesses."""
     full = _inner_domains(stmt)
     if full is None:
         return None
+    full = {**dom.get(_RELAXED, {}), **full}
     accesses = _accesses(stmt, buf)
     if not accesses:
         return None
@@ -173,6 +175,28 @@ def _shrink(buf: Buffer, stmt: Stmt, dom: dict[Var, Any]) -> Stmt:
     return Allocate(new, _Rewrite().visit(stmt))
 
 
+_RELAXED = "relaxed thread loops"  # a key of ``dom``: {thread var: its interval} (GPU shared buffers)
+
+
+def _gpu_descent(buf: Buffer, loop: For, dom: dict[Var, Any]) -> dict[Var, Any] | None:
+    """The domain inside a thread-bound ``loop`` when ``buf`` may be allocated there (GPU rules), else None.
+
+    Every block of threads has its own ``shared`` and ``local`` memory, so a buffer moves into a
+    ``blockIdx`` loop; a ``shared`` buffer serves all threads of a block, so inside a
+    ``threadIdx`` loop it keeps the region of every thread (the loop is relaxed), while a
+    per-thread (``local``, ``wmma.*``) buffer shrinks to one thread's region."""
+    tag = loop.thread_binding or ""
+    inner = dict(dom)
+    if tag.startswith("blockIdx.") or (tag.startswith("threadIdx.") and buf.scope != "shared"):
+        inner[loop.loop_var] = Range(loop.min, loop.extent)
+        return inner
+    if tag.startswith("threadIdx."):
+        hi = loop.min + loop.extent - 1
+        inner[_RELAXED] = {**dom.get(_RELAXED, {}), loop.loop_var: IntervalSet(loop.min, hi)}
+        return inner
+    return None
+
+
 def _place(buf: Buffer, stmt: Stmt, dom: dict[Var, Any]) -> Stmt:
     """``stmt`` with ``Allocate(buf)`` placed around the innermost part holding every access."""
     if isinstance(stmt, SeqStmt):
@@ -189,16 +213,28 @@ def _place(buf: Buffer, stmt: Stmt, dom: dict[Var, Any]) -> Stmt:
         inner[stmt.loop_var] = Range(stmt.min, stmt.extent)
         body = _place(buf, stmt.body, inner)
         return For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
+    elif isinstance(stmt, For) and stmt.kind == ForKind.THREAD_BINDING and _GPU in dom:
+        inner = _gpu_descent(buf, stmt, dom)
+        if inner is not None:
+            body = _place(buf, stmt.body, inner)
+            return For(stmt.loop_var, stmt.min, stmt.extent, stmt.kind, body, stmt.thread_binding, stmt.annotations)
     return _shrink(buf, stmt, dom)
 
 
+_GPU = "thread-bound loops hold allocations"  # a key of ``dom`` set by compact_gpu_buffers
+
+
 class _Compact(Mutator):
+    def __init__(self, gpu: bool = False) -> None:
+        super().__init__()
+        self.root_dom: dict[Any, Any] = {_GPU: True} if gpu else {}
+
     def visit_Allocate(self, op: Allocate) -> Stmt:
         body = self.visit(op.body)
         buf = op.buffer
         if buf.strides or not is_const(buf.elem_offset, 0) or not _accesses(body, buf):
             return Allocate(buf, body)
-        return _place(buf, body, {})
+        return _place(buf, body, dict(self.root_dom))
 
 
 def compact_buffers(func: PrimFunc) -> PrimFunc:
@@ -208,3 +244,16 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
     the module docstring for when an allocation may move into a loop.
     """
     return func.with_body(_Compact().visit(func.body))
+
+
+def compact_gpu_buffers(func: PrimFunc) -> PrimFunc:
+    """:func:`compact_buffers` for a GPU kernel: allocations also move into thread-bound loops
+    (``shared`` ones keep every thread's region; see :func:`_gpu_descent`)::
+
+        Allocate(X_shared, (1, 4096, 4096))        for bx in blockIdx.x:
+          for bx in blockIdx.x:               ->     for ty in threadIdx.y:
+            for ty in threadIdx.y:                     for ko:
+              for ko:                                    Allocate(X_shared, (1, 64, 32))
+                X_shared[0, bx*64 + a, ko*32 + b]          X_shared[0, a, b] ...
+    """
+    return func.with_body(_Compact(gpu=True).visit(func.body))

@@ -9,11 +9,14 @@
 See docs/codegen.md.
 """
 
+from .cuda import CudaModule, CudaRuntimeError
 from .memory import aligned_copy, aligned_empty, aligned_zeros
 from .module import LoadedModule, Module, Param, build, is_lowered, load_module, signature
 from .timing import TimeResult, flush_cache_now
 
 __all__ = [
+    "CudaModule",
+    "CudaRuntimeError",
     "LoadedModule",
     "Module",
     "Param",

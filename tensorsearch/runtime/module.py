@@ -19,7 +19,7 @@ import time as _time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, BlockRealize, BufferStore, For, ForKind, PrimFunc
 from ..target import Hardware, arch_of, host_triple, resolve
 from .timing import TimeResult, flush_cache_now
+
+if TYPE_CHECKING:
+    from .cuda import CudaModule
 
 _CTYPES = {
     "int8": ctypes.c_int8,
@@ -187,6 +190,39 @@ def _c_libraries() -> tuple[ctypes.CDLL, ...]:
     return tuple(libs)
 
 
+def check_arguments(name: str, params: Sequence[Param], args: Sequence[Any]) -> list[Any]:
+    """``args`` checked against ``params`` (count, scalar or C-contiguous numpy array of the right
+    dtype and shape, written buffers writeable and not overlapping another); TypeError or
+    ValueError naming the argument otherwise. Shared by CPU and CUDA modules."""
+    if len(args) != len(params):
+        names = ", ".join(p.name for p in params)
+        raise TypeError(f"{name} takes {len(params)} arguments ({names}), got {len(args)}")
+    arrays: list[tuple[Param, np.ndarray]] = []
+    for k, (p, a) in enumerate(zip(params, args, strict=True)):
+        if p.kind == "scalar":
+            if isinstance(a, np.ndarray) or not np.isscalar(a):
+                raise TypeError(f"argument {k} ({p.name}) must be a {p.dtype} scalar, got {type(a).__name__}")
+            continue
+        if not isinstance(a, np.ndarray):
+            raise TypeError(f"argument {k} (buffer {p.name}) must be a numpy array, got {type(a).__name__}")
+        want = numpy_dtype(parse_dtype(p.dtype))
+        if a.dtype != want:
+            raise ValueError(f"buffer {p.name}: expected dtype {p.dtype}, got {a.dtype}")
+        if a.ndim != len(p.shape) or any(s is not None and s != d for s, d in zip(p.shape, a.shape, strict=False)):
+            raise ValueError(f"buffer {p.name}: expected shape {p.shape}, got {a.shape}")
+        if not a.flags.c_contiguous:
+            raise ValueError(f"buffer {p.name}: the array must be C-contiguous (use np.ascontiguousarray)")
+        if p.written and not a.flags.writeable:
+            raise ValueError(f"buffer {p.name} is written by {name} but the array is read-only")
+        arrays.append((p, a))
+    for i in range(len(arrays)):
+        for j in range(i + 1, len(arrays)):
+            (p, a), (q, b) = arrays[i], arrays[j]
+            if (p.written or q.written) and a.size and b.size and np.may_share_memory(a, b):
+                raise ValueError(f"buffers {p.name} and {q.name} overlap in memory; pass separate arrays")
+    return list(args)
+
+
 class _Runnable:
     """Argument checking, calling and timing shared by JIT-compiled and loaded modules."""
 
@@ -223,36 +259,8 @@ class _Runnable:
 
     def _convert_args(self, args: Sequence[Any]) -> list[Any]:
         self._not_runnable()
-        if len(args) != len(self.params):
-            names = ", ".join(p.name for p in self.params)
-            raise TypeError(f"{self.name} takes {len(self.params)} arguments ({names}), got {len(args)}")
-        out: list[Any] = []
-        arrays: list[tuple[Param, np.ndarray]] = []
-        for k, (p, a) in enumerate(zip(self.params, args, strict=True)):
-            if p.kind == "scalar":
-                if isinstance(a, np.ndarray) or not np.isscalar(a):
-                    raise TypeError(f"argument {k} ({p.name}) must be a {p.dtype} scalar, got {type(a).__name__}")
-                out.append(a)
-                continue
-            if not isinstance(a, np.ndarray):
-                raise TypeError(f"argument {k} (buffer {p.name}) must be a numpy array, got {type(a).__name__}")
-            want = numpy_dtype(parse_dtype(p.dtype))
-            if a.dtype != want:
-                raise ValueError(f"buffer {p.name}: expected dtype {p.dtype}, got {a.dtype}")
-            if a.ndim != len(p.shape) or any(s is not None and s != d for s, d in zip(p.shape, a.shape, strict=False)):
-                raise ValueError(f"buffer {p.name}: expected shape {p.shape}, got {a.shape}")
-            if not a.flags.c_contiguous:
-                raise ValueError(f"buffer {p.name}: the array must be C-contiguous (use np.ascontiguousarray)")
-            if p.written and not a.flags.writeable:
-                raise ValueError(f"buffer {p.name} is written by {self.name} but the array is read-only")
-            arrays.append((p, a))
-            out.append(a.ctypes.data)
-        for i in range(len(arrays)):
-            for j in range(i + 1, len(arrays)):
-                (p, a), (q, b) = arrays[i], arrays[j]
-                if (p.written or q.written) and a.size and b.size and np.may_share_memory(a, b):
-                    raise ValueError(f"buffers {p.name} and {q.name} overlap in memory; pass separate arrays")
-        return out
+        checked = check_arguments(self.name, self.params, args)
+        return [a.ctypes.data if isinstance(a, np.ndarray) else a for a in checked]
 
     def __call__(self, *args: Any) -> None:
         """Run on numpy arrays (checked against the function's buffers); outputs are written in place."""
@@ -467,9 +475,16 @@ class LoadedModule(_Runnable):
         return f"<tensorsearch LoadedModule {self.name} from {self.path}>"
 
 
-def load_module(path: str | os.PathLike) -> LoadedModule:
-    """Load a shared library written by ``Module.save`` (its ``.json`` sidecar must be next to it)."""
-    return LoadedModule(os.fspath(path))
+def load_module(path: str | os.PathLike) -> LoadedModule | CudaModule:
+    """Load a shared library written by ``Module.save``, or a cubin written by ``CudaModule.save``
+    (its ``.json`` sidecar must be next to it)."""
+    from .cuda import SIDECAR_FORMAT, load_cuda_module
+
+    path = os.fspath(path)
+    with open(path + ".json") as f:
+        if json.load(f).get("format") == SIDECAR_FORMAT:
+            return load_cuda_module(path)
+    return LoadedModule(path)
 
 
 def lower_for_codegen(func: PrimFunc) -> PrimFunc:
@@ -487,12 +502,14 @@ def build(
     jit: bool = True,
     *,
     verify_intrinsics: bool = True,
-) -> Module:
+) -> Module | CudaModule:
     """Lower, generate LLVM IR, optimize at O3 for ``target`` and JIT-compile (when it runs here).
 
     ``target``: None (the host), a hardware descriptor name or path, or a
     :class:`~tensorsearch.target.Hardware`. ``jit=False`` skips the JIT (the module can
     still ``save`` and ``save_object``; calling it raises), for a builder that only writes files.
+    A GPU descriptor (``kind: gpu``) gives a :class:`~tensorsearch.runtime.cuda.CudaModule`
+    instead: CUDA C compiled by nvcc to a cubin, run with pycuda.
 
     Before compiling, every tensor intrinsic the program calls is verified against its semantics
     (:mod:`tensorsearch.runtime.verify`, cached): one that computes something else raises
@@ -504,6 +521,10 @@ def build(
         raise TypeError(f"build needs a PrimFunc, got {type(func).__name__}")
     t0 = _time.perf_counter()
     tgt = resolve(target)
+    if tgt.kind == "gpu":
+        from .cuda import build_cuda
+
+        return build_cuda(func, tgt, name)
     lowered = lower_for_codegen(func)
     if verify_intrinsics:
         from .verify import verify_calls  # verify builds programs with this function

@@ -33,6 +33,7 @@ from ..ir import (
     SeqStmt,
     Stmt,
     StringImm,
+    Sub,
     Var,
     post_order_visit,
 )
@@ -232,20 +233,20 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
     step_var = Var("unit_k", DataType("int", 32))
 
     def stride(o: _Operand) -> PrimExpr:
-        s = 1
-        for x in o.buffer.shape[o.dims[-2] + 1 :] if len(o.dims) > 1 else ():
-            v = const_value(x)
-            if v is None:
-                raise UnitError(f"{where}: buffer {o.buffer.name} has a non-constant shape")
-            s *= v
-        return _c(s)
+        """The row stride as the distance of two rows' addresses: it stays right when the buffer is
+        compacted and flattened after this (the CUDA printer folds it to a number)."""
+        if len(o.dims) < 2:
+            return _c(1)
+        row = list(o.starts)
+        row[o.dims[-2]] = row[o.dims[-2]] + 1
+        return Sub(_address(BufferLoad(o.buffer, tuple(row))), _address(BufferLoad(o.buffer, tuple(o.starts))))
 
     def pointer(o: _Operand) -> PrimExpr:
         starts = list(o.starts)
         for k, it in zip(o.dims, o.iters, strict=True):
             if it in reduce_steps:
                 starts[k] = starts[k] + step_var * extents[it]
-        return Call(DataType("handle", 64), "address_of", (BufferLoad(o.buffer, tuple(starts)),))
+        return _address(BufferLoad(o.buffer, tuple(starts)))
 
     fragments = {
         op.name: f"{operands[op.name].buffer.name}_{op.scope.split('.')[-1]}"
@@ -308,6 +309,10 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
     st = iset[unit.store]
     stmts.append(call(st, {o.name: acc_name for o in st.operands}))
     return SeqStmt(tuple(stmts))
+
+
+def _address(load: BufferLoad) -> PrimExpr:
+    return Call(DataType("handle", 64), "address_of", (load,))
 
 
 def _verbatim(text: str) -> Stmt:
