@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from cuda_util import SM86, SM90, gpu_descriptor, gpu_missing, needs_nvcc, wmma_gemm
+from cuda_util import SM86, SM90, gpu_descriptor, gpu_missing, needs_nvcc, tensor_core_gemm, wmma_gemm
 
 import tensorsearch as ts
 from tensorsearch.codegen import cuda as cg
@@ -109,7 +109,7 @@ def test_scale_runs_and_matches_numpy():
 
 @needs_gpu
 @needs_nvcc
-@pytest.mark.parametrize("n,shared", [(64, False), (256, True)])
+@pytest.mark.parametrize("n,shared", [(64, True), (256, False)])
 def test_wmma_gemm_runs_and_matches_numpy(n, shared):
     hw = gpu_descriptor()
     mod = ts.build(wmma_gemm(shared=shared, n=n, hardware=hw).func, hw)
@@ -137,3 +137,40 @@ def test_a_cubin_of_another_architecture_is_refused():
     mod = ts.build(_scale().func, other)
     with pytest.raises(CudaRuntimeError, match=rf"built for {other.gpu.sm} and cannot run on this GPU"):
         mod(np.ones(4096, np.float32), np.empty(4096, np.float32), 2.0)
+
+
+@needs_gpu
+@needs_nvcc
+def test_tensor_core_gemm_runs_and_matches_numpy():
+    hw, n = gpu_descriptor(), 256
+    mod = ts.build(tensor_core_gemm(n, hw, warps=(2, 2), warp_tiles=(2, 2), k_tiles=2).func, hw)
+    x, y, z = _gemm_args(n, seed=7)
+    mod(x, y, z)
+    np.testing.assert_allclose(z, x.astype(np.float32) @ y.astype(np.float32), rtol=1e-3, atol=1e-2)
+
+
+@needs_gpu
+@needs_nvcc
+def test_design_space_candidates_run_and_match_numpy():
+    import random
+
+    from tensorsearch.search.space import DesignSpace
+
+    hw, n = gpu_descriptor(), 256
+    space = DesignSpace(ts.workloads.make("GMM", (1, n, n, n), "float16").func, hw)
+    rng, ran = random.Random(3), 0
+    while ran < 4:
+        cand = space.sample(rng)
+        if cand is None:
+            continue
+        x, y, z = _gemm_args(n, seed=ran)
+        ts.build(cand.func, hw)(x, y, z)
+        np.testing.assert_allclose(z, x.astype(np.float32) @ y.astype(np.float32), rtol=1e-3, atol=1e-2)
+        ran += 1
+
+
+def _gemm_args(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, n, n)).astype(np.float16)
+    y = rng.standard_normal((1, n, n)).astype(np.float16)
+    return x, y, np.full((1, n, n), np.nan, np.float32)

@@ -37,6 +37,7 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ..arith import const_int_bound
 from ..arith import simplify as simplify_expr
 from ..ir import (
     Add,
@@ -64,11 +65,13 @@ from ..ir import (
     Min,
     Mod,
     Mul,
+    Mutator,
     Not,
     Or,
     PrimExpr,
     PrimFunc,
     Ramp,
+    Range,
     Select,
     SeqStmt,
     Stmt,
@@ -81,7 +84,7 @@ from ..ir.expr import EQ, GE, GT, LE, LT, NE
 from ..lower import flatten_buffers, lower_blocks, lower_init, simplify
 from ..lower.common import LoweringError
 from ..lower.compact import compact_gpu_buffers
-from ..schedule.units import MEMORY_SCOPES, UNIT_ATTR, UnitError, const_value, find_unit, unit_statement
+from ..schedule.units import INTRINSIC_ATTR, MEMORY_SCOPES, UNIT_ATTR, UnitError, const_value, find_unit, unit_statement
 from ..target import Hardware, Intrinsic, resolve
 from ..target.intrinsics import CudaImpl, cuda_unverified_reason, warn_not_verified
 
@@ -127,11 +130,14 @@ def _rewrite(stmt: Stmt, fn: Any) -> Stmt:
 
 
 def lower_units(func: PrimFunc, target: Hardware) -> PrimFunc:
-    """Replace every block annotated ``cuda_unit`` by its unit's statement sequence (module doc)."""
+    """Replace every block annotated ``cuda_unit`` by its unit's statement sequence, and every
+    block annotated ``cuda_intrinsic`` by its intrinsic's template (module doc)."""
 
     def fn(s: Stmt) -> Stmt | None:
         if isinstance(s, Block):
             ann = dict(s.annotations)
+            if INTRINSIC_ATTR in ann:
+                return _intrinsic_block(s, str(ann[INTRINSIC_ATTR]), target)
             if UNIT_ATTR in ann:
                 try:
                     iset, unit = find_unit(str(ann[UNIT_ATTR]), target)
@@ -145,6 +151,67 @@ def lower_units(func: PrimFunc, target: Hardware) -> PrimFunc:
         return None
 
     return replace(func, body=_rewrite(func.body, fn))
+
+
+def find_intrinsic(ref: str, target: Hardware) -> Intrinsic:
+    """The intrinsic ``"set/name"`` among ``target``'s intrinsic sets (CudaCodegenError if absent)."""
+    set_name, _, name = ref.partition("/")
+    for iset in target.intrinsic_sets:
+        if iset.name == set_name and name in iset.names:
+            return iset[name]
+    raise CudaCodegenError(f"the program calls intrinsic {ref}, which hardware {target.name} does not offer")
+
+
+def _intrinsic_block(block: Block, ref: str, target: Hardware) -> Block:
+    """``block`` (a tile tensorized with one CUDA intrinsic on fragment buffers) with its body
+    replaced by the intrinsic's template: a memory operand is a pointer to its region's first
+    element and that region's row stride, a fragment operand the fragment holding its tile::
+
+        X_shared_wmma_matrix_a[0, 16*i:16*i+16, 0:16] = X_shared[0, 16*i:16*i+16, 16*k:16*k+16]
+      ->
+        load_matrix_sync(X_shared_wmma_matrix_a[i], &X_shared[16*i*32 + 16*k], 32);
+    """
+    from ..schedule.tensorize import match_intrinsic
+
+    intr = find_intrinsic(ref, target)
+    regions = match_intrinsic(block, intr, lambda why: CudaCodegenError(f"block {block.name} ({intr.name}): {why}"))
+    args: list[PrimExpr] = [StringImm(ref)]
+    for op in intr.operands:
+        region = regions[op.name]
+        first = BufferLoad(region.buffer, tuple(r.min for r in region.region))
+        stride = _row_stride(region, first)
+        # the region's last element too: compact_gpu_buffers sizes the buffer from the accesses it sees
+        last = BufferLoad(region.buffer, tuple(r.min + r.extent - 1 for r in region.region))
+        args += [StringImm(f"{op.name}.last"), _address(last)]
+        if op.scope in MEMORY_SCOPES:
+            args += [StringImm(op.name), _address(first), StringImm(op.name + ".stride"), stride]
+        else:
+            rows, cols = (op.shape[-2], op.shape[-1]) if len(op.shape) > 1 else (1, op.shape[-1])
+            tile = Call(
+                DataType("int", 32),
+                "cuda.fragment",
+                (_address(first), stride, IntImm(DataType("int", 32), rows), IntImm(DataType("int", 32), cols)),
+            )
+            args += [StringImm(op.name), tile]
+    warn_not_verified(intr, cuda_unverified_reason(), stacklevel=3)
+    body = Evaluate(Call(DataType("int", 32), "cuda.template", tuple(args)))
+    rest = tuple((k, v) for k, v in block.annotations if k != INTRINSIC_ATTR)
+    return replace(block, body=body, annotations=rest)
+
+
+def _address(load: BufferLoad) -> PrimExpr:
+    return Call(DataType("handle", 64), "address_of", (load,))
+
+
+def _row_stride(region: Any, first: BufferLoad) -> PrimExpr:
+    """The distance of the region's second row from its first, as two addresses (the printer folds
+    it to the number the buffer's final, compacted layout gives)."""
+    wide = [k for k, r in enumerate(region.region) if const_value(r.extent) != 1]
+    if len(wide) < 2:
+        return IntImm(DataType("int", 32), 1)
+    row = list(first.indices)
+    row[wide[-2]] = row[wide[-2]] + 1
+    return Sub(_address(BufferLoad(first.buffer, tuple(row))), _address(first))
 
 
 def lower_gpu_blocks(func: PrimFunc) -> PrimFunc:
@@ -200,6 +267,7 @@ class _Printer:
     includes: set[str] = field(default_factory=lambda: {"cuda_fp16.h"})
     hardware: Hardware | None = None
     warp_units: bool = False
+    dom: dict[Var, Range] = field(default_factory=dict)  # every loop variable printed so far: its range
 
     def name(self, key: Any, hint: str) -> str:
         if key not in self.names:
@@ -222,6 +290,28 @@ class _Printer:
             f"the program calls intrinsic {ref}, which hardware {self.hardware and self.hardware.name} does not offer"
         )
 
+    def non_negative(self, e: PrimExpr) -> bool:
+        """Whether integer ``e`` is never negative over the loops around it (then C's / and % are floor's)."""
+        return e.dtype.code == "int" and const_int_bound(e, self.dom)[0] >= 0
+
+    def positive(self, e: PrimExpr) -> bool:
+        return e.dtype.code == "int" and const_int_bound(e, self.dom)[0] > 0
+
+    def fragment_declaration(self, b: Buffer, elements: int) -> str:
+        """``fragment<...> name[count];`` for a buffer of a fragment scope: the declaration of the
+        first intrinsic operand in that scope and dtype, one fragment per operand-sized tile."""
+        for iset in self.hardware.intrinsic_sets if self.hardware is not None else ():
+            for intr in iset:
+                for op in intr.operands:
+                    if op.scope == b.scope and op.dtype == b.dtype and isinstance(intr.impl, CudaImpl):
+                        self.includes.update(intr.impl.includes)
+                        count = max(elements // op.numel, 1)
+                        return intr.impl.declare(op.name, f"{self.buffer(b)}[{count}]")
+        raise CudaCodegenError(
+            f"no intrinsic of hardware {self.hardware and self.hardware.name} declares a "
+            f"{b.scope} fragment of {b.dtype} (buffer {b.name})"
+        )
+
     # expressions ---------------------------------------------------------------------------
     def expr(self, e: PrimExpr) -> str:
         if isinstance(e, IntImm):
@@ -241,12 +331,19 @@ class _Printer:
         if isinstance(e, Var):
             return self.name(e, e.name)
         if isinstance(e, Sub) and _address_of(e.a) and _address_of(e.b):  # a row stride (units.py)
-            (a,), (b,) = e.a.args[0].indices, e.b.args[0].indices
-            return self.expr(simplify_expr(a - b))
+            return self.expr(_stride_value(e))
+        if isinstance(e, Call) and e.op == "cuda.fragment":  # the fragment of a tile: frag[index]
+            address, stride, rows, cols = e.args
+            (flat,) = address.args[0].indices
+            s = _stride_value(stride)
+            index = simplify_expr((flat // (rows * s)) * (s // cols) + (flat % s) // cols, self.dom)
+            return f"{self.buffer(address.args[0].buffer)}[{self.expr(_truncating(index))}]"
         if isinstance(e, tuple(_BINOPS)):
             return f"({self.expr(e.a)} {_BINOPS[type(e)]} {self.expr(e.b)})"
         if isinstance(e, (Div, Mod)):
             return f"({self.expr(e.a)} {'/' if isinstance(e, Div) else '%'} {self.expr(e.b)})"
+        if isinstance(e, (FloorDiv, FloorMod)) and self.non_negative(e.a) and self.positive(e.b):
+            return f"({self.expr(e.a)} {'/' if isinstance(e, FloorDiv) else '%'} {self.expr(e.b)})"
         if isinstance(e, FloorDiv):
             if e.dtype.code == "float" or str(e.dtype).startswith("float"):
                 return f"floor({self.expr(e.a)} / {self.expr(e.b)})"
@@ -312,6 +409,7 @@ class _Printer:
                 self.stmt(x, depth)
         elif isinstance(s, For):
             v = self.name(s.loop_var, s.loop_var.name)
+            self.dom[s.loop_var] = Range(s.min, s.extent)
             if s.kind == ForKind.THREAD_BINDING:
                 tag = s.thread_binding or ""
                 if not (tag.startswith("blockIdx.") or tag.startswith("threadIdx.")):
@@ -339,6 +437,9 @@ class _Printer:
             lo, ext = self.expr(s.min), self.expr(s.extent)
             end = ext if const_value(s.min) == 0 else f"{lo} + {ext}"
             self.emit(depth, f"for ({t} {v} = {lo}; {v} < {end}; ++{v}) {{")
+            if _shared_accesses(s.body, reads=True) & _shared_accesses(s.body, reads=False):
+                # an iteration must not overwrite shared memory that threads still read for the last one
+                self.emit(depth + 1, "__syncthreads();")
             self.stmt(s.body, depth + 1)
             self.emit(depth, "}")
         elif isinstance(s, IfThenElse):
@@ -361,6 +462,10 @@ class _Printer:
                 if v is None:
                     raise CudaCodegenError(f"allocation {b.name} needs a constant size")
                 n *= v
+            if b.scope not in MEMORY_SCOPES:
+                self.emit(depth, self.fragment_declaration(b, n))
+                self.stmt(s.body, depth)
+                return
             prefix = {"shared": "__shared__ ", "local": ""}.get(b.scope)
             if prefix is None:
                 raise CudaCodegenError(f"allocation {b.name} in scope {b.scope} is not supported (shared or local)")
@@ -390,6 +495,28 @@ class _Printer:
             raise CudaCodegenError(f"block {getattr(s, 'name', '')} survived lowering")
         else:
             raise CudaCodegenError(f"the CUDA generator cannot print {type(s).__name__}")
+
+
+def _stride_value(e: PrimExpr) -> PrimExpr:
+    if isinstance(e, Sub) and _address_of(e.a) and _address_of(e.b):
+        (a,), (b,) = e.a.args[0].indices, e.b.args[0].indices
+        return simplify_expr(a - b)
+    return e
+
+
+def _truncating(e: PrimExpr) -> PrimExpr:
+    """``e`` with floor division and modulo printed as C's (the indices here are never negative)."""
+
+    class _C(Mutator):
+        def visit_FloorDiv(self, op: FloorDiv) -> PrimExpr:
+            op = self.generic_visit(op)
+            return Div(op.a, op.b)
+
+        def visit_FloorMod(self, op: FloorMod) -> PrimExpr:
+            op = self.generic_visit(op)
+            return Mod(op.a, op.b)
+
+    return _C().visit(e)
 
 
 def _address_of(e: PrimExpr) -> bool:

@@ -325,6 +325,15 @@ def _check_producers_finished(
                 )
 
 
+def _thread_loops_shared(block: Block, outer_loops: list[For]) -> list[For]:
+    """The ``threadIdx`` loops above the target loop when ``block`` writes only ``shared`` buffers:
+    all threads of a thread block share them, so the copy computes what every thread needs
+    (TVM relaxes them the same way), and a cooperative fetch may bind its own loops to them."""
+    if not block.writes or any(w.buffer.scope != "shared" for w in block.writes):
+        return []
+    return [f for f in outer_loops if (f.thread_binding or "").startswith("threadIdx.")]
+
+
 def _compute_at_func(
     func: PrimFunc,
     loc: Located,
@@ -435,10 +444,11 @@ def _compute_at_func(
         touched = {w.buffer for p in producers for w in p.writes} & {r.buffer for r in block.reads}
         provided = {b: [r for r in block.reads if r.buffer is b] for b in touched}
     required: dict[Buffer, list[list[IntervalSet]]] = {}
+    shared_by_threads = _thread_loops_shared(block, outer_loops) if is_compute_at else []
     for other in required_blocks:
         realize, path = realizes[id(other)]
         inner = [n for n in path[next(i for i, n in enumerate(path) if n is loop) + 1 :] if isinstance(n, For)]
-        relax = loop_domains(inner)
+        relax = loop_domains(inner + shared_by_threads)
         regions = other.reads if is_compute_at else other.writes
         for region in regions:
             if region.buffer in touched:

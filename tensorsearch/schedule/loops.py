@@ -86,6 +86,30 @@ def _inside_init(path: tuple[Stmt, ...], block: Block) -> bool:
     return pos + 1 < len(path) and path[pos + 1] is block.init
 
 
+_COOPERATIVE_ONLY = (
+    " (only a copy into shared memory that does not depend on the outer loop, with the same extent, may be "
+    "bound again inside it: a cooperative fetch)"
+)
+
+
+def _cooperative_copy(inner: For, outer: For) -> bool:
+    """Whether binding ``inner`` to the thread axis ``outer`` is bound to is a cooperative fetch:
+    the same extent, and every block under ``inner`` writes only ``shared`` buffers at places that
+    do not depend on ``outer``. Run serially, each iteration of ``outer`` makes the whole copy
+    (the same values); on the GPU each thread makes its part of it once (TVM allows the same)."""
+    if not (inner.extent == outer.extent or can_prove_equal(inner.extent, outer.extent)):
+        return False
+    realizes = [n for n in (loc.node for loc in walk_stmts(inner.body)) if isinstance(n, BlockRealize)]
+    if not realizes:
+        return False
+    for r in realizes:
+        if not r.block.writes or any(w.buffer.scope != "shared" for w in r.block.writes):
+            return False
+        if any(outer.loop_var in free_vars(v) for v in r.iter_values):
+            return False
+    return True
+
+
 class _RewriteRealizes(Mutator):
     """Apply ``fn(realize, dom)`` to first-level BlockRealizes, tracking the loops passed on the way."""
 
@@ -652,9 +676,10 @@ class LoopPrimitives(ScheduleState):
         name = node.loop_var.name
         ancestors = [n for n in loc.path[:-1] if isinstance(n, For)]
         for a in ancestors:
-            if a.thread_binding == thread:
+            if a.thread_binding == thread and not _cooperative_copy(node, a):
                 raise LoopKindError(
-                    f"cannot bind loop {name} to {thread}: it is inside loop {a.loop_var.name}, which is already bound to {thread}",
+                    f"cannot bind loop {name} to {thread}: it is inside loop {a.loop_var.name}, which is already bound to "
+                    f"{thread}{_COOPERATIVE_ONLY if thread.startswith('threadIdx.') else ''}",
                     loop=name,
                 )
         for sub in walk_stmts(node.body):

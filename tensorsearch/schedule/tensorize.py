@@ -49,6 +49,7 @@ unchanged.  On success the block is annotated ``cuda_unit = <unit name>`` exactl
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,7 +84,7 @@ from .errors import InvalidArgument, ScheduleError
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
 from .tree import replace
-from .units import UNIT_ATTR, UnitError, check_unit, find_unit, unit_of_compute
+from .units import INTRINSIC_ATTR, UNIT_ATTR, UnitError, check_unit, find_unit, touches_fragments, unit_of_compute
 
 __all__ = ["IntrinsicRef", "TensorizeError", "TensorizePrimitives"]
 
@@ -232,8 +233,6 @@ class TensorizePrimitives(ScheduleState):
                 self._record_arg("intrin", intr)  # the trace names its set and digest
         else:
             raise InvalidArgument(f"tensorize: intrin must be an intrinsic name or Intrinsic, got {intrin!r}")
-        if unit is None and isinstance(intr.impl, CudaImpl):
-            unit = unit_of_compute(intr, self.hardware)  # None: reported by _tensorized
         if isinstance(block_or_loop, LoopRV):
             block_rv = self.blockize(block_or_loop)
         elif isinstance(block_or_loop, BlockRV):
@@ -242,6 +241,12 @@ class TensorizePrimitives(ScheduleState):
             raise InvalidArgument(f"tensorize: expected a BlockRV or LoopRV, got {type(block_or_loop).__name__}")
         realize, loc = self._block_realize(block_rv)
         outer: Block = loc.node
+        if unit is None and isinstance(intr.impl, CudaImpl):
+            if touches_fragments(outer):  # one instruction on fragment buffers (load, fill, mma, store)
+                match_intrinsic(outer, intr, self._tensorize_error(outer, intr))
+                self.annotate(block_rv, INTRINSIC_ATTR, f"{intr.set_name}/{intr.name}")
+                return
+            unit = unit_of_compute(intr, self.hardware)  # None: reported by _tensorized
         if unit is not None:
             iset, u = unit
             try:
@@ -258,222 +263,25 @@ class TensorizePrimitives(ScheduleState):
         new_block = self._tensorized(outer, intr)
         self.func = replace(self.func, {id(realize): BlockRealize(realize.iter_values, realize.predicate, new_block)})
 
-    # ------------------------------------------------------------------------------------
-    def _tensorized(self, outer: Block, intr: Intrinsic) -> Block:
-        name = outer.name
-
+    def _tensorize_error(self, outer: Block, intr: Intrinsic) -> Callable[[str], TensorizeError]:
         def err(msg: str) -> TensorizeError:
             return TensorizeError(
-                f"cannot tensorize block {name} with {intr.name}: {msg}", block=name, fragment=self._fragment(outer)
+                f"cannot tensorize block {outer.name} with {intr.name}: {msg}",
+                block=outer.name,
+                fragment=self._fragment(outer),
             )
 
+        return err
+
+    # ------------------------------------------------------------------------------------
+    def _tensorized(self, outer: Block, intr: Intrinsic) -> Block:
+        err = self._tensorize_error(outer, intr)
         if not isinstance(intr.impl, LLVMImpl):
             raise err(
                 f"the intrinsic is implemented for target {intr.target} and is not the compute intrinsic of a "
                 "unit; only LLVM intrinsics and CUDA units (or their compute intrinsics) can be tensorized"
             )
-        # The tile: loops down to one inner block.
-        loops: list[For] = []
-        node: Any = outer.body
-        while isinstance(node, For):
-            loops.append(node)
-            node = node.body
-        if not isinstance(node, BlockRealize):
-            raise err(
-                f"its body must be loops around one inner block (as blockize makes it), found a {type(node).__name__}"
-            )
-        inner = node.block
-        if inner.init is not None:
-            raise err(f"the inner block {inner.name} has an init; blockize moves it to the outer block")
-        if not _is_true(node.predicate):
-            raise err(f"the inner block {inner.name} has the predicate {node.predicate}; the tile must be complete")
-        if inner.match_buffers or inner.alloc_buffers:
-            raise err(f"the inner block {inner.name} matches or allocates buffers")
-        desc = intr.desc_block()
-        d_store = desc.body
-        w_store = inner.body
-        if not isinstance(w_store, BufferStore):
-            raise err(f"the inner block {inner.name} must be one store, found a {type(w_store).__name__}")
-        assert isinstance(d_store, BufferStore)
-        out_op = intr.output
-        d_bufs = intr.buffers
-        if w_store.buffer.dtype != out_op.dtype:
-            raise err(
-                f"operand {out_op.name} is buffer {w_store.buffer.name} of dtype {w_store.buffer.dtype}, but the "
-                f"intrinsic writes {out_op.dtype} (the dtypes must match)"
-            )
-        # Statement structure, buffer correspondence.
-        m = _Matcher()
-        try:
-            m.bind(d_store.buffer, w_store.buffer, d_store.indices, w_store.indices)
-            if intr.accumulate:
-                d_val, w_val = d_store.value, w_store.value
-                if type(w_val) is not type(d_val):
-                    raise _Mismatch(
-                        f"the block must accumulate into {w_store.buffer.name} "
-                        f"({w_store.buffer.name}[...] = {w_store.buffer.name}[...] + value), found {w_val}"
-                    )
-                acc, rest = w_val.a, w_val.b
-                if not (isinstance(acc, BufferLoad) and acc.buffer is w_store.buffer):
-                    if isinstance(rest, BufferLoad) and rest.buffer is w_store.buffer:
-                        acc, rest = rest, acc
-                    else:
-                        raise _Mismatch(
-                            f"the block must accumulate into {w_store.buffer.name}, but its value {w_val} "
-                            f"does not add {w_store.buffer.name}'s own element"
-                        )
-                if len(acc.indices) != len(w_store.indices) or not all(
-                    _is_zero(a - b) for a, b in zip(acc.indices, w_store.indices, strict=True)
-                ):
-                    raise _Mismatch(f"the accumulator {w_store.buffer.name} is read at another element than written")
-                if w_store.buffer.dtype != w_val.dtype:
-                    raise _Mismatch(f"the accumulation type {w_val.dtype} is not {w_store.buffer.dtype}")
-                m.expr(d_val.b, rest)
-            else:
-                m.expr(d_store.value, w_store.value)
-        except _Mismatch as e:
-            raise err(f"the inner block {inner.name} does not compute the intrinsic's semantics ({e})") from None
-        # dtypes and scopes.
-        ops = {o.name: o for o in intr.operands}
-        by_op: dict[str, Buffer] = {}
-        for op_name, d_buf in d_bufs.items():
-            w_buf = m.buffers.get(d_buf)
-            if w_buf is None:
-                raise err(f"operand {op_name} is not used by the inner block {inner.name}")
-            op = ops[op_name]
-            if w_buf.dtype != op.dtype:
-                raise err(
-                    f"operand {op_name} is buffer {w_buf.name} of dtype {w_buf.dtype}, but the intrinsic "
-                    f"{'writes' if op.is_written else 'reads'} {op.dtype} (the dtypes must match)"
-                )
-            if w_buf.scope != op.scope:
-                raise err(
-                    f"operand {op_name} is buffer {w_buf.name} in scope {w_buf.scope}, the intrinsic needs {op.scope}"
-                )
-            by_op[op_name] = w_buf
-        # Iterators: the tile's iterators map one-to-one onto the intrinsic's; those of extent 1 on
-        # either side are fixed at their start (blockize drops such a loop of the tile).
-        accesses = _fix_unit_iterators(m.accesses, desc, inner)
-        inner_vars = {iv.var: iv for iv in inner.iter_vars}
-        d_iters = {iv.var: (iv, it) for iv, it in zip(desc.iter_vars, intr.iterators, strict=True)}
-        mapping: dict[Var, Var] = {}
-        zero = {v: IntImm(v.dtype, 0) for v in inner_vars}
-        for d_buf, pairs in accesses.items():
-            for d_idx, w_idx in pairs:
-                parts = [arith.simplify(e - substitute(e, zero)) for e in w_idx]
-                used = [p for p in parts if not _is_zero(p)]
-                d_used = [e for e in d_idx if not _is_zero(e)]
-                if len(used) != len(d_used):
-                    continue  # reported with the access check below
-                for d_e, w_e in zip(d_used, used, strict=True):
-                    if isinstance(d_e, Var) and d_e in d_iters:
-                        it = d_iters[d_e][1]
-                        vs = [v for v in free_vars(w_e) if v in inner_vars]
-                        if len(vs) != 1:
-                            raise err(
-                                f"operand {_op_of(d_bufs, d_buf)}: the index part {w_e} must use exactly one iterator "
-                                f"of the tile for intrinsic iterator {it.name}, it uses {len(vs)}"
-                            )
-                        prev = mapping.get(d_e)
-                        if prev is not None and prev is not vs[0]:
-                            op_name = _op_of(d_bufs, d_buf)
-                            shown = ", ".join(str(e) for e in w_idx)
-                            want_txt = ", ".join(str(e) for e in d_idx)
-                            raise err(
-                                f"operand {op_name} is accessed as {m.buffers[d_buf].name}[{shown}], where {vs[0].name} "
-                                f"plays intrinsic iterator {it.name}, but {prev.name} plays it elsewhere: the access "
-                                f"is not the intrinsic's {op_name}[{want_txt}] with the dimensions in the same order "
-                                "(a transposed or differently laid out operand needs transform_layout first)"
-                            )
-                        mapping[d_e] = vs[0]
-        for d_var, (_div, it) in d_iters.items():
-            if d_var not in mapping and it.extent != 1:
-                raise err(f"no iterator of the tile plays the role of intrinsic iterator {it.name}")
-        if len(set(mapping.values())) != len(mapping):
-            raise err("two intrinsic iterators are played by the same iterator of the tile")
-        for d_var, w_var in mapping.items():
-            it = d_iters[d_var][1]
-            w_iv = inner_vars[w_var]
-            lo = arith.simplify(w_iv.dom.min)
-            ext = arith.simplify(w_iv.dom.extent)
-            if w_iv.iter_type != it.kind:
-                raise err(
-                    f"iterator {w_var.name} of block {inner.name} is {w_iv.iter_type.value} but plays intrinsic "
-                    f"iterator {it.name}, which is {it.kind.value}"
-                )
-            if not (isinstance(ext, IntImm) and ext.value == it.extent and _is_zero(lo)):
-                raise err(
-                    f"iterator {w_var.name} of block {inner.name} has extent {ext} (starting at {lo}) but plays intrinsic "
-                    f"iterator {it.name} of extent {it.extent} (the tile extents must equal the intrinsic's)"
-                )
-        extra_ext = [
-            iv.var.name for iv in inner.iter_vars if iv.var not in mapping.values() and not _is_const(iv.dom.extent, 1)
-        ]
-        if extra_ext:
-            raise err(f"iterators {', '.join(extra_ext)} of block {inner.name} play no intrinsic iterator")
-        # The loops must run exactly over the iterators' domains.
-        loop_product = 1
-        for f in loops:
-            e = arith.simplify(f.extent)
-            if not isinstance(e, IntImm):
-                raise err(f"loop {f.loop_var.name} of the tile has the non-constant extent {f.extent}")
-            loop_product *= e.value
-        want = 1
-        for it in intr.iterators:
-            want *= it.extent
-        if loop_product != want:
-            raise err(
-                f"the tile's loops run {loop_product} iterations but the intrinsic's iterators "
-                f"({', '.join(f'{it.name}={it.extent}' for it in intr.iterators)}) run {want}"
-            )
-        # Accesses: the same as the description's, dimension order kept.
-        to_w = dict(mapping)
-        regions: dict[str, BufferRegion] = {}
-        for op_name, d_buf in d_bufs.items():
-            w_buf = by_op[op_name]
-            op = ops[op_name]
-            first: tuple[PrimExpr, ...] | None = None
-            for d_idx, w_idx in accesses[d_buf]:
-                starts = tuple(arith.simplify(substitute(e, zero)) for e in w_idx)
-                parts = [arith.simplify(e - s) for e, s in zip(w_idx, starts, strict=True)]
-                used = [k for k, p in enumerate(parts) if not _is_zero(p)]
-                d_parts = [substitute(e, to_w) for e in d_idx]
-                d_used = [k for k, e in enumerate(d_idx) if not _is_zero(e)]
-                ok = len(used) == len(d_used) and all(
-                    _is_zero(parts[wk] - d_parts[dk]) for wk, dk in zip(used, d_used, strict=True)
-                )
-                if not ok or any(v in inner_vars for s in starts for v in free_vars(s)):
-                    shown = ", ".join(str(e) for e in w_idx)
-                    want_txt = ", ".join(str(e) for e in d_idx)
-                    raise err(
-                        f"operand {op_name} is accessed as {w_buf.name}[{shown}], which is not the intrinsic's access "
-                        f"{op_name}[{want_txt}] with the dimensions in the same order (a transposed or "
-                        "differently laid out operand needs transform_layout first)"
-                    )
-                if first is None:
-                    first = starts
-                    ranges = []
-                    for k, s in enumerate(starts):
-                        if k in used:
-                            ext = op.shape[d_used[used.index(k)]]
-                        else:
-                            ext = 1
-                        ranges.append(Range(s, IntImm(s.dtype, ext)))
-                    regions[op_name] = BufferRegion(w_buf, tuple(ranges))
-        # Layout safety.
-        for op in intr.operands:
-            region = regions[op.name]
-            if op.contiguous or (op.numel > 1 and isinstance(intr.impl, LLVMImpl)):
-                reason = contiguity_error(region)
-                if reason is not None:
-                    raise err(
-                        f"operand {op.name} ({op.dtype}, shape {list(op.shape)}) must be one contiguous block of "
-                        f"memory (layout rule: contiguous), but in buffer {region.buffer.name} {reason}"
-                    )
-            elif op.row_stride is not None:
-                strides = region_strides(region.buffer)
-                if strides is None or strides[-1] != 1:
-                    raise err(f"operand {op.name} needs unit-stride rows in buffer {region.buffer.name}")
+        regions = match_intrinsic(outer, intr, err)
         # The implementation.
         tiles: dict[str, Buffer] = {}
         match: list[MatchBufferRegion] = []
@@ -494,6 +302,214 @@ class TensorizePrimitives(ScheduleState):
             (*outer.match_buffers, *match),
             outer.annotations,
         )
+
+
+def match_intrinsic(outer: Block, intr: Intrinsic, err: Callable[[str], Exception]) -> dict[str, BufferRegion]:
+    """The region of each of ``intr``'s operands in the tile ``outer`` computes (module doc), or
+    ``err(reason)`` raised when the tile does not compute the intrinsic's semantics."""
+    # The tile: loops down to one inner block.
+    loops: list[For] = []
+    node: Any = outer.body
+    while isinstance(node, For):
+        loops.append(node)
+        node = node.body
+    if not isinstance(node, BlockRealize):
+        raise err(
+            f"its body must be loops around one inner block (as blockize makes it), found a {type(node).__name__}"
+        )
+    inner = node.block
+    if inner.init is not None:
+        raise err(f"the inner block {inner.name} has an init; blockize moves it to the outer block")
+    if not _is_true(node.predicate):
+        raise err(f"the inner block {inner.name} has the predicate {node.predicate}; the tile must be complete")
+    if inner.match_buffers or inner.alloc_buffers:
+        raise err(f"the inner block {inner.name} matches or allocates buffers")
+    desc = intr.desc_block()
+    d_store = desc.body
+    w_store = inner.body
+    if not isinstance(w_store, BufferStore):
+        raise err(f"the inner block {inner.name} must be one store, found a {type(w_store).__name__}")
+    assert isinstance(d_store, BufferStore)
+    out_op = intr.output
+    d_bufs = intr.buffers
+    if w_store.buffer.dtype != out_op.dtype:
+        raise err(
+            f"operand {out_op.name} is buffer {w_store.buffer.name} of dtype {w_store.buffer.dtype}, but the "
+            f"intrinsic writes {out_op.dtype} (the dtypes must match)"
+        )
+    # Statement structure, buffer correspondence.
+    m = _Matcher()
+    try:
+        m.bind(d_store.buffer, w_store.buffer, d_store.indices, w_store.indices)
+        if intr.accumulate:
+            d_val, w_val = d_store.value, w_store.value
+            if type(w_val) is not type(d_val):
+                raise _Mismatch(
+                    f"the block must accumulate into {w_store.buffer.name} "
+                    f"({w_store.buffer.name}[...] = {w_store.buffer.name}[...] + value), found {w_val}"
+                )
+            acc, rest = w_val.a, w_val.b
+            if not (isinstance(acc, BufferLoad) and acc.buffer is w_store.buffer):
+                if isinstance(rest, BufferLoad) and rest.buffer is w_store.buffer:
+                    acc, rest = rest, acc
+                else:
+                    raise _Mismatch(
+                        f"the block must accumulate into {w_store.buffer.name}, but its value {w_val} "
+                        f"does not add {w_store.buffer.name}'s own element"
+                    )
+            if len(acc.indices) != len(w_store.indices) or not all(
+                _is_zero(a - b) for a, b in zip(acc.indices, w_store.indices, strict=True)
+            ):
+                raise _Mismatch(f"the accumulator {w_store.buffer.name} is read at another element than written")
+            if w_store.buffer.dtype != w_val.dtype:
+                raise _Mismatch(f"the accumulation type {w_val.dtype} is not {w_store.buffer.dtype}")
+            m.expr(d_val.b, rest)
+        else:
+            m.expr(d_store.value, w_store.value)
+    except _Mismatch as e:
+        raise err(f"the inner block {inner.name} does not compute the intrinsic's semantics ({e})") from None
+    # dtypes and scopes.
+    ops = {o.name: o for o in intr.operands}
+    by_op: dict[str, Buffer] = {}
+    for op_name, d_buf in d_bufs.items():
+        w_buf = m.buffers.get(d_buf)
+        if w_buf is None:
+            raise err(f"operand {op_name} is not used by the inner block {inner.name}")
+        op = ops[op_name]
+        if w_buf.dtype != op.dtype:
+            raise err(
+                f"operand {op_name} is buffer {w_buf.name} of dtype {w_buf.dtype}, but the intrinsic "
+                f"{'writes' if op.is_written else 'reads'} {op.dtype} (the dtypes must match)"
+            )
+        if w_buf.scope != op.scope:
+            raise err(
+                f"operand {op_name} is buffer {w_buf.name} in scope {w_buf.scope}, the intrinsic needs {op.scope}"
+            )
+        by_op[op_name] = w_buf
+    # Iterators: the tile's iterators map one-to-one onto the intrinsic's; those of extent 1 on
+    # either side are fixed at their start (blockize drops such a loop of the tile).
+    accesses = _fix_unit_iterators(m.accesses, desc, inner)
+    inner_vars = {iv.var: iv for iv in inner.iter_vars}
+    d_iters = {iv.var: (iv, it) for iv, it in zip(desc.iter_vars, intr.iterators, strict=True)}
+    mapping: dict[Var, Var] = {}
+    zero = {v: IntImm(v.dtype, 0) for v in inner_vars}
+    for d_buf, pairs in accesses.items():
+        for d_idx, w_idx in pairs:
+            parts = [arith.simplify(e - substitute(e, zero)) for e in w_idx]
+            used = [p for p in parts if not _is_zero(p)]
+            d_used = [e for e in d_idx if not _is_zero(e)]
+            if len(used) != len(d_used):
+                continue  # reported with the access check below
+            for d_e, w_e in zip(d_used, used, strict=True):
+                if isinstance(d_e, Var) and d_e in d_iters:
+                    it = d_iters[d_e][1]
+                    vs = [v for v in free_vars(w_e) if v in inner_vars]
+                    if len(vs) != 1:
+                        raise err(
+                            f"operand {_op_of(d_bufs, d_buf)}: the index part {w_e} must use exactly one iterator "
+                            f"of the tile for intrinsic iterator {it.name}, it uses {len(vs)}"
+                        )
+                    prev = mapping.get(d_e)
+                    if prev is not None and prev is not vs[0]:
+                        op_name = _op_of(d_bufs, d_buf)
+                        shown = ", ".join(str(e) for e in w_idx)
+                        want_txt = ", ".join(str(e) for e in d_idx)
+                        raise err(
+                            f"operand {op_name} is accessed as {m.buffers[d_buf].name}[{shown}], where {vs[0].name} "
+                            f"plays intrinsic iterator {it.name}, but {prev.name} plays it elsewhere: the access "
+                            f"is not the intrinsic's {op_name}[{want_txt}] with the dimensions in the same order "
+                            "(a transposed or differently laid out operand needs transform_layout first)"
+                        )
+                    mapping[d_e] = vs[0]
+    for d_var, (_div, it) in d_iters.items():
+        if d_var not in mapping and it.extent != 1:
+            raise err(f"no iterator of the tile plays the role of intrinsic iterator {it.name}")
+    if len(set(mapping.values())) != len(mapping):
+        raise err("two intrinsic iterators are played by the same iterator of the tile")
+    for d_var, w_var in mapping.items():
+        it = d_iters[d_var][1]
+        w_iv = inner_vars[w_var]
+        lo = arith.simplify(w_iv.dom.min)
+        ext = arith.simplify(w_iv.dom.extent)
+        if w_iv.iter_type != it.kind:
+            raise err(
+                f"iterator {w_var.name} of block {inner.name} is {w_iv.iter_type.value} but plays intrinsic "
+                f"iterator {it.name}, which is {it.kind.value}"
+            )
+        if not (isinstance(ext, IntImm) and ext.value == it.extent and _is_zero(lo)):
+            raise err(
+                f"iterator {w_var.name} of block {inner.name} has extent {ext} (starting at {lo}) but plays intrinsic "
+                f"iterator {it.name} of extent {it.extent} (the tile extents must equal the intrinsic's)"
+            )
+    extra_ext = [
+        iv.var.name for iv in inner.iter_vars if iv.var not in mapping.values() and not _is_const(iv.dom.extent, 1)
+    ]
+    if extra_ext:
+        raise err(f"iterators {', '.join(extra_ext)} of block {inner.name} play no intrinsic iterator")
+    # The loops must run exactly over the iterators' domains.
+    loop_product = 1
+    for f in loops:
+        e = arith.simplify(f.extent)
+        if not isinstance(e, IntImm):
+            raise err(f"loop {f.loop_var.name} of the tile has the non-constant extent {f.extent}")
+        loop_product *= e.value
+    want = 1
+    for it in intr.iterators:
+        want *= it.extent
+    if loop_product != want:
+        raise err(
+            f"the tile's loops run {loop_product} iterations but the intrinsic's iterators "
+            f"({', '.join(f'{it.name}={it.extent}' for it in intr.iterators)}) run {want}"
+        )
+    # Accesses: the same as the description's, dimension order kept.
+    to_w = dict(mapping)
+    regions: dict[str, BufferRegion] = {}
+    for op_name, d_buf in d_bufs.items():
+        w_buf = by_op[op_name]
+        op = ops[op_name]
+        first: tuple[PrimExpr, ...] | None = None
+        for d_idx, w_idx in accesses[d_buf]:
+            starts = tuple(arith.simplify(substitute(e, zero)) for e in w_idx)
+            parts = [arith.simplify(e - s) for e, s in zip(w_idx, starts, strict=True)]
+            used = [k for k, p in enumerate(parts) if not _is_zero(p)]
+            d_parts = [substitute(e, to_w) for e in d_idx]
+            d_used = [k for k, e in enumerate(d_idx) if not _is_zero(e)]
+            ok = len(used) == len(d_used) and all(
+                _is_zero(parts[wk] - d_parts[dk]) for wk, dk in zip(used, d_used, strict=True)
+            )
+            if not ok or any(v in inner_vars for s in starts for v in free_vars(s)):
+                shown = ", ".join(str(e) for e in w_idx)
+                want_txt = ", ".join(str(e) for e in d_idx)
+                raise err(
+                    f"operand {op_name} is accessed as {w_buf.name}[{shown}], which is not the intrinsic's access "
+                    f"{op_name}[{want_txt}] with the dimensions in the same order (a transposed or "
+                    "differently laid out operand needs transform_layout first)"
+                )
+            if first is None:
+                first = starts
+                ranges = []
+                for k, s in enumerate(starts):
+                    if k in used:
+                        ext = op.shape[d_used[used.index(k)]]
+                    else:
+                        ext = 1
+                    ranges.append(Range(s, IntImm(s.dtype, ext)))
+                regions[op_name] = BufferRegion(w_buf, tuple(ranges))
+    # Layout safety.
+    for op in intr.operands:
+        region = regions[op.name]
+        if op.contiguous or (op.numel > 1 and isinstance(intr.impl, LLVMImpl)):
+            reason = contiguity_error(region)
+            if reason is not None:
+                raise err(
+                    f"operand {op.name} ({op.dtype}, shape {list(op.shape)}) must be one contiguous block of "
+                    f"memory (layout rule: contiguous), but in buffer {region.buffer.name} {reason}"
+                )
+        elif op.row_stride is not None:
+            strides = region_strides(region.buffer)
+            if strides is None or strides[-1] != 1:
+                raise err(f"operand {op.name} needs unit-stride rows in buffer {region.buffer.name}")
+    return regions
 
 
 def _i32() -> DataType:

@@ -42,15 +42,18 @@ from ..target.intrinsics import CudaImpl
 
 MEMORY_SCOPES = ("global", "shared", "local")
 UNIT_ATTR = "cuda_unit"
+INTRINSIC_ATTR = "cuda_intrinsic"  # a block computed by one CUDA intrinsic on fragment buffers: "set/name"
 
 __all__ = [
     "MEMORY_SCOPES",
+    "INTRINSIC_ATTR",
     "UNIT_ATTR",
     "UnitError",
     "check_unit",
     "const_value",
     "find_unit",
     "unit_of_compute",
+    "touches_fragments",
     "unit_statement",
 ]
 
@@ -81,6 +84,12 @@ def unit_of_compute(intr: Intrinsic, hardware: Hardware | None) -> tuple[Intrins
             if u.compute == intr.name:
                 return iset, u
     return None
+
+
+def touches_fragments(block: Block) -> bool:
+    """Whether ``block`` reads or writes a buffer in a fragment scope (``wmma.*``): it is then one
+    instruction of a unit (a load, fill, mma or store), not a whole unit tile."""
+    return any(r.buffer.scope not in MEMORY_SCOPES for r in (*block.reads, *block.writes))
 
 
 def check_unit(outer: Block, unit: Unit, iset: IntrinsicSet) -> None:

@@ -233,7 +233,11 @@ def _is_leaf(sch: Schedule, name: str) -> bool:
 
 
 def postprocs_for(hardware: Hardware) -> list[Postproc]:
-    """The CPU postprocessors, in order."""
+    """The postprocessors of the hardware's kind, in order (GPU: :func:`.gpu.gpu_postprocs_for`)."""
+    if hardware.kind == "gpu":
+        from .gpu import gpu_postprocs_for
+
+        return gpu_postprocs_for(hardware)
     return [
         DisallowDynamicLoop(),
         RewriteReductionBlock(),

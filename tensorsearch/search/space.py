@@ -636,10 +636,10 @@ def rules_for(hardware: Hardware) -> list[ScheduleRule]:
     it lists intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
     TileLayoutCopy). A rule name or parameter the search does not know is a SearchSpaceError
     naming the file and the key (``x.yaml: search.rules[2].MultiLevelTiling: ...``)."""
-    if hardware.kind != "cpu":
-        raise SearchSpaceError(
-            f"hardware {hardware.name} is of kind {hardware.kind}; the search supports kind cpu only for now"
-        )
+    if hardware.kind == "gpu" and not (hardware.search and hardware.search.rules):
+        from .gpu import gpu_rules_for
+
+        return gpu_rules_for(hardware)
     spec = hardware.search
     listed = spec.rules if spec is not None and spec.rules else None
     if listed is None:

@@ -1,0 +1,312 @@
+"""The GPU design space: tensor-core tiling, thread binding, cooperative fetch, resource checks.
+
+Rules (TVM MetaSchedule's names; the default for a ``kind: gpu`` descriptor, in this order):
+
+* ``MultiLevelTilingTensorCore``: a GEMM-like block (two spatial loops, one reduction loop, each a
+  multiple of 16) whose dtypes a WMMA unit of the hardware's YAML computes is tiled as TVM tiles
+  it for tensor cores. Before (GEMM, float16 x float16 -> float32)::
+
+      for b, i, j, k in T.grid(1, 4096, 4096, 4096):  Z[b, i, j] += f32(X[b, i, k]) * f32(Y[b, k, j])
+
+  After (``Bi, Wi, Ti, Bj, Wj, Tj, K0, K1``: warps, warp tiles and k steps drawn by ``sample_categorical``)::
+
+      for bx in T.thread_binding(Bi * Bj, "blockIdx.x"):            # a thread block's tile of Z
+        for ty in T.thread_binding(Wi * Wj, "threadIdx.y"):         # a warp's tile
+          for i2, j2: Z_acc[...] = 0                                # wmma fill, Ti x Tj fragments
+          for k0 in range(K0):
+            X_shared, Y_shared = X[...], Y[...]                     # cooperative fetch (postproc)
+            for k1 in T.unroll(K1):
+              X_frag[...] = X_shared[...]; Y_frag[...] = Y_shared[...]   # wmma load
+              for i2, j2 in T.unroll(Ti, Tj): Z_acc[...] += X_frag * Y_frag   # wmma mma
+          Z[...] = Z_acc[...]                                       # wmma store
+
+  Each of fill, load, mma and store is one intrinsic of the unit, tensorized on a fragment buffer
+  (``wmma.accumulator``, ``wmma.matrix_a``, ``wmma.matrix_b``) and checked against its semantics.
+  A block the unit does not fit (dtypes, layout, extents) is left to the next rule.
+* ``AutoBind``: a block with no thread binding yet has its outer spatial loops fused and split
+  over ``blockIdx.x`` x ``threadIdx.x`` (threads per block sampled from 32..1024), so every
+  program runs on the GPU, fast or not.
+
+Postprocessors: ``DisallowDynamicLoop``; ``RewriteCooperativeFetch`` (the shared-memory copies
+the tiling marked are fused and split over the thread block's ``threadIdx.y`` x ``threadIdx.x``
+threads, once the sampled warp count is known); ``VerifyGPUCode`` (TVM's name): a candidate whose
+thread block needs more threads, shared memory or registers (estimated from its fragments) than
+the descriptor's ``gpu:`` limits is rejected before it is built.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..ir import IntImm
+from ..schedule import BlockRV, Schedule, ScheduleError
+from ..target import Hardware, IntrinsicSet, Unit
+from .space import ScheduleRule, _extent, _is_reduction, _iter_kinds, _trivially_bound
+
+COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
+THREAD_EXTENTS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+
+
+def _unit_for(hw: Hardware, sch: Schedule, block: BlockRV) -> tuple[IntrinsicSet, Unit] | None:
+    """The first WMMA unit whose compute intrinsic reads the block's input dtypes and accumulates in
+    its output dtype."""
+    blk = sch.get(block)
+    if len(blk.writes) != 1:
+        return None
+    out = blk.writes[0].buffer
+    inputs = [r.buffer.dtype for r in blk.reads if r.buffer is not out]
+    for iset in hw.intrinsic_sets:
+        for unit in iset.units:
+            compute = iset[unit.compute]
+            ins = [o.dtype for o in compute.operands if o.role == "input"]
+            acc = [o.dtype for o in compute.operands if o.role in ("accumulator", "output")]
+            if ins == inputs and acc == [out.dtype]:
+                return iset, unit
+    return None
+
+
+def _gemm_loops(sch: Schedule, block: BlockRV) -> tuple[list[Any], Any, Any, Any] | None:
+    """(unit loops, i, j, k) when the block's loops are unit loops, two spatial loops and one
+    reduction loop, each a multiple of 16; else None."""
+    kinds = _iter_kinds(sch, block)
+    units, spatial, reduce = [], [], []
+    for loop in sch.get_loops(block):
+        if _extent(sch, loop) == 1:
+            units.append(loop)
+        elif kinds.get(sch.get(loop).loop_var) == "R":
+            reduce.append(loop)
+        else:
+            spatial.append(loop)
+    if len(spatial) != 2 or len(reduce) != 1 or any(_extent(sch, lp) % 16 for lp in (*spatial, *reduce)):
+        return None
+    return units, spatial[0], spatial[1], reduce[0]
+
+
+def _tile_16x16(sch: Schedule, block: BlockRV) -> BlockRV:
+    """Split the block's two innermost loops into 16 x 16 tiles, unroll over the tiles, and blockize one."""
+    *_, a, b = sch.get_loops(block)
+    a0, a1 = sch.split(a, [None, 16])
+    b0, b1 = sch.split(b, [None, 16])
+    sch.reorder(a0, b0, a1, b1)
+    for loop in (a0, b0):
+        sch.unroll(loop)
+    return sch.blockize(a1)
+
+
+class MultiLevelTilingTensorCore(ScheduleRule):
+    """Tile a GEMM-like block for a WMMA unit of the hardware (module doc)."""
+
+    name = "MultiLevelTilingTensorCore"
+    # the choices for each of i and j (warps of a thread block, 16x16 tiles of a warp) and for k
+    # (16-wide steps per shared-memory slice); each sampled by sample_categorical among those
+    # that divide the loop: at most 16 warps and 16 accumulator fragments a warp
+    params = {"warps": [1, 2, 4], "warp_tiles": [1, 2, 4], "k_tiles": [1, 2, 4]}
+
+    def __init__(self, hardware: Hardware | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.hardware = hardware
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        if self.hardware is None or not _is_reduction(sch, block) or not _trivially_bound(sch, block):
+            return [sch]
+        unit = _unit_for(self.hardware, sch, block)
+        loops = _gemm_loops(sch, block)
+        if unit is None or loops is None:
+            return [sch]
+        fork = sch.copy()
+        try:
+            self._tile(fork, block, *unit)
+        except ScheduleError:
+            return [sch]  # the unit does not fit this block (a layout, a transposed operand)
+        return [fork]
+
+    def _split(self, sch: Schedule, loop: Any, *choices: str) -> list[Any]:
+        """``loop`` split into an outer loop and one loop per choice list, each of a size sampled
+        among the list's sizes that divide what is left of the loop."""
+        left, factors = _extent(sch, loop), []
+        for key in choices:
+            sizes = [c for c in self.config[key] if left % c == 0] or [1]
+            factors.append(sch.sample_categorical(sizes, [1.0] * len(sizes)))
+            left //= max(sizes)  # a bound: the sizes sampled later must divide whatever was chosen
+        return sch.split(loop, [None, *factors])
+
+    def _tile(self, sch: Schedule, block: BlockRV, iset: IntrinsicSet, unit: Unit) -> None:
+        compute = iset[unit.compute]
+        scope = {o.name: o.scope for o in compute.operands}
+        a_name, b_name = [o.name for o in compute.operands if o.role == "input"]
+        (c_name,) = [o.name for o in compute.operands if o.role in ("accumulator", "output")]
+        store = sch.cache_write(block, 0, scope[c_name])
+        shared = [sch.cache_read(block, k, "shared") for k in (0, 1)]
+        frags = [sch.cache_read(block, 0, scope[a_name]), sch.cache_read(block, 1, scope[b_name])]
+        units, i, j, k = _gemm_loops(sch, block)
+        (i_o, i16), (j_o, j16), (k_o, k16) = (sch.split(lp, [None, 16]) for lp in (i, j, k))
+        i0, i1, i2 = self._split(sch, i_o, "warps", "warp_tiles")
+        j0, j1, j2 = self._split(sch, j_o, "warps", "warp_tiles")
+        k0, k1 = self._split(sch, k_o, "k_tiles")
+        sch.reorder(i0, j0, i1, j1, k0, k1, i2, j2, i16, j16, k16)
+        sch.bind(sch.fuse(*units, i0, j0), "blockIdx.x")
+        warp = sch.fuse(i1, j1)
+        sch.bind(warp, "threadIdx.y")
+        for loop in (k1, i2, j2):
+            sch.unroll(loop)
+        tile = sch.blockize(i16)
+        sch.tensorize(sch.decompose_reduction(tile, k0), unit.init)
+        sch.tensorize(tile, unit.compute)
+        for frag, name in zip(frags, (a_name, b_name), strict=True):
+            sch.compute_at(frag, k1)
+            sch.tensorize(_tile_16x16(sch, frag), dict(unit.loads)[name])
+        for cache in shared:
+            sch.compute_at(cache, k0)
+            above = next(n for n, lp in enumerate(sch.get_loops(cache)) if sch.get(lp) is sch.get(k0)) + 1
+            sch.annotate(cache, COOPERATIVE_FETCH, len(sch.get_loops(cache)) - above)  # the copy's own loops
+        sch.reverse_compute_at(store, warp)
+        sch.tensorize(_tile_16x16(sch, store), unit.store)
+
+
+class AutoBind(ScheduleRule):
+    """Bind a block that runs on no thread yet: its outer spatial loops fused, split over
+    ``blockIdx.x`` x ``threadIdx.x`` (module doc)."""
+
+    name = "AutoBind"
+    params = {"thread_extents": [32, 64, 128, 256, 512, 1024]}
+
+    def __init__(self, max_threads: int = 1024, **params: Any) -> None:
+        super().__init__(**params)
+        self.max_threads = max_threads
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        loops = sch.get_loops(block)
+        if not loops or any(sch.get(lp).thread_binding for lp in loops) or sch.get(block).name == "root":
+            return [sch]
+        kinds = _iter_kinds(sch, block)
+        spatial = []
+        for loop in loops:
+            if kinds.get(sch.get(loop).loop_var) == "R":
+                break
+            spatial.append(loop)
+        if not spatial:
+            return [sch]
+        fork = sch.copy()
+        try:
+            fused = fork.fuse(*spatial) if len(spatial) > 1 else spatial[0]
+            threads = [t for t in self.config["thread_extents"] if t <= self.max_threads]
+            n = fork.sample_categorical(threads, [1.0] * len(threads))
+            bx, tx = fork.split(fused, [None, n])
+            fork.bind(bx, "blockIdx.x")
+            fork.bind(tx, "threadIdx.x")
+        except ScheduleError:
+            return [sch]
+        return [fork]
+
+
+# --------------------------------------------------------------------------------------------
+# postprocessors
+
+
+def _thread_extent(sch: Schedule, tag: str) -> int:
+    from ..ir import For
+    from ..schedule.tree import walk_nodes
+
+    for node in walk_nodes(sch.func.body):
+        if isinstance(node, For) and node.thread_binding == tag and isinstance(node.extent, IntImm):
+            return node.extent.value
+    return 1
+
+
+class RewriteCooperativeFetch:
+    """Fuse a marked shared-memory copy's loops and split them over the thread block's warps
+    (``threadIdx.y``) and lanes (``threadIdx.x`` = the warp size)."""
+
+    name = "RewriteCooperativeFetch"
+
+    def __init__(self, warp_size: int = 32) -> None:
+        self.warp_size = warp_size
+
+    def apply(self, sch: Schedule) -> bool:
+        from .postproc import _blocks
+
+        warps = _thread_extent(sch, "threadIdx.y")
+        for block in list(_blocks(sch)):
+            if COOPERATIVE_FETCH not in dict(sch.get(block).annotations):
+                continue
+            copy_loops = sch.get_loops(block)[-int(dict(sch.get(block).annotations)[COOPERATIVE_FETCH]) :]
+            fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
+            if _extent(sch, fused) % (warps * self.warp_size):
+                return False  # the copy does not divide among the threads
+            _, ty, tx = sch.split(fused, [None, warps, self.warp_size])
+            sch.bind(ty, "threadIdx.y")
+            sch.bind(tx, "threadIdx.x")
+            sch.unannotate(block, COOPERATIVE_FETCH)
+        return True
+
+    def __repr__(self) -> str:
+        return f"{self.name}()"
+
+
+class VerifyGPUCode:
+    """Reject a candidate whose thread block exceeds the descriptor's ``gpu:`` limits (module doc)."""
+
+    name = "VerifyGPUCode"
+
+    def __init__(self, hardware: Hardware) -> None:
+        self.hardware = hardware
+
+    def apply(self, sch: Schedule) -> bool:
+        return gpu_limits_error(sch.func, self.hardware) is None
+
+    def __repr__(self) -> str:
+        return f"{self.name}()"
+
+
+def gpu_limits_error(func: Any, hw: Hardware) -> str | None:
+    """Why ``func``'s thread block does not fit ``hw``'s limits (threads, shared memory, registers),
+    or None. Registers are estimated from the WMMA fragments a thread holds (8 32-bit registers a
+    float32 accumulator, 4 a float16 fragment) plus 32 for addresses and loop counters."""
+    from ..codegen.cuda import lower_gpu
+    from ..ir import Allocate, For
+    from ..ir.functor import post_order_visit
+
+    gpu = hw.gpu
+    low = lower_gpu(func, hw)
+    extents: dict[str, int] = {}
+    shared = 0
+    registers = 32
+    fragments = False
+
+    def visit(n: Any) -> None:
+        nonlocal shared, registers, fragments
+        if isinstance(n, For) and (n.thread_binding or "").startswith("threadIdx.") and isinstance(n.extent, IntImm):
+            extents[n.thread_binding] = n.extent.value
+        elif isinstance(n, Allocate):
+            size = 1
+            for x in n.buffer.shape:
+                size *= x.value if isinstance(x, IntImm) else 1
+            if n.buffer.scope == "shared":
+                shared += size * n.buffer.dtype.bits // 8
+            elif n.buffer.scope.startswith("wmma."):
+                fragments = True
+                registers += size // 32 * n.buffer.dtype.bits // 32  # 32 lanes share a fragment
+
+    post_order_visit(low.body, visit)
+    if fragments:
+        extents.setdefault("threadIdx.x", gpu.warp_size)
+    threads = 1
+    for tag in THREAD_EXTENTS:
+        threads *= extents.get(tag, 1)
+    if threads > gpu.max_threads_per_block:
+        return f"{threads} threads per block, more than {gpu.max_threads_per_block}"
+    if shared > gpu.max_shared_memory_per_block:
+        return f"{shared} bytes of shared memory per block, more than {gpu.max_shared_memory_per_block}"
+    if registers > gpu.registers_per_thread or registers * threads > gpu.registers_per_block:
+        return f"about {registers} registers per thread, more than the {gpu.registers_per_thread} allowed"
+    return None
+
+
+def gpu_rules_for(hardware: Hardware) -> list[ScheduleRule]:
+    return [MultiLevelTilingTensorCore(hardware=hardware), AutoBind(max_threads=hardware.gpu.max_threads_per_block)]
+
+
+def gpu_postprocs_for(hardware: Hardware) -> list[Any]:
+    from .postproc import DisallowDynamicLoop
+
+    return [DisallowDynamicLoop(), RewriteCooperativeFetch(hardware.gpu.warp_size), VerifyGPUCode(hardware)]

@@ -1,0 +1,223 @@
+"""Tensor cores without a GPU: WMMA intrinsics on fragment buffers, the GPU design space, its checks.
+
+Every program here is checked where this machine can check it: its semantics by the interpreter
+(the scheduled program, before CUDA code generation) against numpy on random inputs, its CUDA C by
+nvcc (the PTX holds the mma instructions). tests/test_cuda_runtime.py runs them on a GPU.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+from cuda_util import SM86, SM90, gemm_func, needs_nvcc, tensor_core_gemm
+
+import tensorsearch as ts
+from tensorsearch.codegen import cuda as cg
+from tensorsearch.interpreter import interpret
+from tensorsearch.ir import Allocate, For, post_order_visit
+from tensorsearch.schedule import LoopKindError, Schedule, TensorizeError
+from tensorsearch.search.gpu import gpu_limits_error
+from tensorsearch.search.space import DesignSpace
+
+pytestmark = pytest.mark.filterwarnings("ignore::tensorsearch.target.IntrinsicNotVerified")
+
+
+def _gemm_matches_numpy(func, n: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((1, n, n)).astype(np.float16)
+    y = rng.standard_normal((1, n, n)).astype(np.float16)
+    z = rng.standard_normal((1, n, n)).astype(np.float32)  # garbage the kernel must overwrite
+    interpret(func, x, y, z)
+    np.testing.assert_allclose(z, x.astype(np.float32) @ y.astype(np.float32), rtol=1e-5, atol=1e-4)
+
+
+def test_fragment_intrinsics_are_recorded_on_their_blocks_and_compute_the_gemm():
+    sch = tensor_core_gemm(64)
+    annotated = {
+        sch.get(b).name: dict(sch.get(b).annotations).get("cuda_intrinsic")
+        for b in sch.get_child_blocks(sch.get_block("root"))
+    }
+    names = {n: v for n, v in _all_annotations(sch).items() if v}
+    assert set(names.values()) == {
+        "cuda-wmma-f16/wmma_fill_16x16x16_f32",
+        "cuda-wmma-f16/wmma_load_a_16x16x16_f16",
+        "cuda-wmma-f16/wmma_load_b_16x16x16_f16",
+        "cuda-wmma-f16/wmma_mma_16x16x16_f16f32",
+        "cuda-wmma-f16/wmma_store_16x16x16_f32",
+    }
+    assert annotated  # the blocks are under the root's loops
+    _gemm_matches_numpy(sch.func, 64, seed=0)
+
+
+def _all_annotations(sch: Schedule) -> dict[str, str | None]:
+    from tensorsearch.ir import Block
+
+    out: dict[str, str | None] = {}
+    post_order_visit(
+        sch.func.body,
+        lambda n: out.__setitem__(n.name, dict(n.annotations).get("cuda_intrinsic")) if isinstance(n, Block) else None,
+    )
+    return out
+
+
+def test_generated_kernel_keeps_fragments_across_the_reduction():
+    src = cg.generate(tensor_core_gemm(256, SM90, warps=(2, 4), warp_tiles=(4, 2), k_tiles=2).func, SM90)
+    assert "// launch: blockIdx.x=4, threadIdx.x=32, threadIdx.y=8" in src
+    # per warp 4 x 2 accumulators, filled once, stored once after the reduction loop
+    assert "fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> Z_wmma_accumulator[8];" in src
+    assert (
+        src.index("fill_fragment(") < src.index("for (int k_0 = 0; k_0 < 8; ++k_0)") < src.index("store_matrix_sync(")
+    )
+    # shared tiles of one k slice (128 x 32 and 32 x 128 halves), refilled after a barrier each step
+    k_loop = src[src.index("for (int k_0 = 0;") :]
+    assert k_loop.split("\n")[1].strip() == "__syncthreads();"
+    assert "__shared__ half X_shared[4096];" in src and "__shared__ half Y_shared[4096];" in src
+    assert "mma_sync(Z_wmma_accumulator[((i_2 * 2) + j_2)], X_shared_wmma_matrix_a[" in src
+    assert "load_matrix_sync(X_shared_wmma_matrix_a[" in src and "), 32);" in src  # row stride of X_shared
+
+
+@needs_nvcc
+@pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+def test_tensor_core_gemm_compiles_to_mma(hw):
+    mod = ts.build(tensor_core_gemm(128, hw).func, hw)
+    ptx = cg.compile_cuda(mod.source, hw, "ptx").decode()
+    assert "wmma.mma.sync" in ptx and "wmma.load.a" in ptx and "wmma.store.d" in ptx and "bar.sync" in ptx
+
+
+def _fragment_copy(staged: bool) -> tuple[Schedule, object]:
+    """A schedule whose copy of X into matrix_a fragments (from shared memory when ``staged``) is
+    split into 16 x 16 tiles: (the schedule, the tile loop to tensorize)."""
+    sch = Schedule(gemm_func(64), hardware=SM86)
+    b = sch.get_block("Z")
+    if staged:
+        sch.cache_read(b, 0, "shared")
+    frag = sch.cache_read(b, 0, "wmma.matrix_a")
+    *_, i, k = sch.get_loops(frag)
+    i0, i1 = sch.split(i, [None, 16])
+    k0, k1 = sch.split(k, [None, 16])
+    sch.reorder(i0, k0, i1, k1)
+    return sch, i1
+
+
+def test_a_fragment_block_with_the_wrong_intrinsic_is_refused_and_the_schedule_kept():
+    sch, tile = _fragment_copy(staged=True)
+    before, trace = sch.func, sch.trace.as_json_text()
+    with pytest.raises(TensorizeError, match=r"with wmma_load_b_16x16x16_f16: operand dst is buffer "
+                       r"X_shared_wmma.matrix_a in scope wmma.matrix_a, the intrinsic needs wmma.matrix_b"):  # fmt: skip
+        sch.tensorize(tile, "wmma_load_b_16x16x16_f16")
+    assert sch.func is before and sch.trace.as_json_text() == trace
+    sch.tensorize(tile, "wmma_load_a_16x16x16_f16")
+    sch, tile = _fragment_copy(staged=False)
+    with pytest.raises(TensorizeError, match=r"operand src is buffer X in scope global, the intrinsic needs shared"):
+        sch.tensorize(tile, "wmma_load_a_16x16x16_f16")
+
+
+def test_a_cooperative_fetch_may_bind_the_warps_axis_again_and_nothing_else_may():
+    sch = tensor_core_gemm(64)  # its shared copies are bound to threadIdx.y inside the warps' loop
+    assert "threadIdx.y" in [sch.get(lp).thread_binding for lp in sch.get_loops(sch.get_block("X_shared"))][-2:]
+    other = Schedule(gemm_func(64), hardware=SM86)
+    _bb, i, j, _k = other.get_loops(other.get_block("Z"))
+    i0, _ = other.split(i, [None, 2])
+    other.bind(i0, "threadIdx.y")
+    j0, _ = other.split(j, [None, 32])
+    with pytest.raises(LoopKindError, match=r"inside loop i_0, which is already bound to threadIdx.y \(only a copy "
+                       r"into shared memory .* a cooperative fetch\)"):  # fmt: skip
+        other.bind(j0, "threadIdx.y")
+
+
+def test_a_shared_copy_computed_under_the_warps_covers_every_warps_rows():
+    sch = tensor_core_gemm(64, warps=(2, 2), warp_tiles=(1, 1), k_tiles=1)
+    loops = sch.get_loops(sch.get_block("X_shared"))
+    fetch = [sch.get(lp) for lp in loops[3:]]  # below bx, ty, k_0: the fused copy over the block's threads
+    total = 1
+    for f in fetch:
+        total *= f.extent.value
+    assert total == 32 * 16  # 2 warps x 16 rows by 16 columns of k, not one warp's 16 rows
+
+
+# ---------------------------------------------------------------------------------------------
+# the design space
+
+
+@pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+def test_design_space_samples_compute_the_gemm(hw):
+    space = DesignSpace(gemm_func(64), hw)
+    assert [r.name for r in space.rules] == ["MultiLevelTilingTensorCore", "AutoBind"]
+    rng, checked = random.Random(0), 0
+    for seed in range(40):
+        cand = space.sample(rng)
+        if cand is None:
+            continue
+        assert "wmma_mma_16x16x16_f16f32" in cand.trace.as_python()
+        _gemm_matches_numpy(cand.func, 64, seed)
+        checked += 1
+        if checked == 2:
+            break
+    assert checked == 2
+
+
+@needs_nvcc
+@pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+def test_design_space_samples_build_for_the_descriptor(hw):
+    space = DesignSpace(gemm_func(1024), hw)
+    rng, built = random.Random(1), 0
+    while built < 2:
+        cand = space.sample(rng)
+        if cand is None:
+            continue
+        assert gpu_limits_error(cand.func, hw) is None
+        mod = ts.build(cand.func, hw)
+        assert mod.block[0] == 32 and mod.block[1] * mod.block[0] <= hw.gpu.max_threads_per_block
+        assert "wmma.mma.sync" in cg.compile_cuda(mod.source, hw, "ptx").decode()
+        built += 1
+
+
+def test_verify_gpu_code_names_the_limit_a_candidate_exceeds():
+    big = tensor_core_gemm(512, SM86, warps=(8, 8), warp_tiles=(1, 1), k_tiles=1)
+    assert gpu_limits_error(big.func, SM86) == "2048 threads per block, more than 1024"
+    wide = tensor_core_gemm(1024, SM86, warps=(2, 2), warp_tiles=(8, 8), k_tiles=4)
+    assert gpu_limits_error(wide.func, SM86) == "65536 bytes of shared memory per block, more than 49152"
+
+
+def test_auto_bind_runs_an_elementwise_program_on_threads():
+    space = DesignSpace(_elementwise(), SM86)
+    cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
+    tags = set()
+    post_order_visit(cand.func.body, lambda n: tags.add(n.thread_binding) if isinstance(n, For) else None)
+    assert {"blockIdx.x", "threadIdx.x"} <= tags
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal(4096).astype(np.float32)
+    b = np.empty(4096, np.float32)
+    interpret(cand.func, a, b)
+    np.testing.assert_allclose(b, a * 2.0 + 1.0, rtol=1e-6)
+
+
+def _elementwise():
+    from tensorsearch.script import parse
+
+    return parse(
+        """
+@T.prim_func
+def scale(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
+    for i in range(4096):
+        with T.block("B"):
+            vi = T.axis.remap("S", [i])
+            T.reads(A[vi])
+            T.writes(B[vi])
+            B[vi] = A[vi] * T.float32(2.0) + T.float32(1.0)
+"""
+    )
+
+
+def test_gpu_compaction_gives_each_thread_block_its_tile_of_shared_memory():
+    low = cg.lower_gpu(tensor_core_gemm(256, SM90, warps=(2, 4), warp_tiles=(4, 2), k_tiles=2).func, SM90)
+    sizes = {}
+    post_order_visit(
+        low.body,
+        lambda n: sizes.__setitem__(n.buffer.name, n.buffer.shape[0].value) if isinstance(n, Allocate) else None,
+    )
+    assert sizes["X_shared"] == 128 * 32 and sizes["Y_shared"] == 32 * 128  # not 256 x 256
+    assert sizes["Z_wmma.accumulator"] == 4 * 2 * 256  # one warp's 4 x 2 fragments
+    assert sizes["X_shared_wmma.matrix_a"] == 4 * 256  # 4 row tiles for one k step
