@@ -13,24 +13,18 @@ from __future__ import annotations
 import argparse
 import csv
 import os
-import random
 import sys
 import time
 import warnings
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import tensorsearch as ts
-from tensorsearch.runtime.cuda import build_cuda, device_compute_capability
+from tensorsearch.runtime.cuda import build_cuda
 from tensorsearch.schedule import Schedule
-
-
-def hardware() -> ts.target.Hardware:
-    major, _ = device_compute_capability()
-    return ts.hardware.load("nvidia-sm90" if major == 9 else "nvidia-sm86")
 
 
 def hand_schedule(func, hw, warps: int = 2) -> Schedule:
@@ -49,24 +43,63 @@ def hand_schedule(func, hw, warps: int = 2) -> Schedule:
     return sch
 
 
-def candidates(func, hw, trials: int, seed: int) -> list[tuple[str, object]]:
-    """(label, scheduled func): the hand schedules of the whole-reduction unit, then ``trials``
-    distinct valid samples of the design space (MultiLevelTilingTensorCore)."""
-    out = [(f"unit tiles, {w} warps", hand_schedule(func, hw, w).func) for w in (2, 8)]
+_WORKER: dict = {}
+
+
+def _start_worker(n: int, hw_name: str) -> None:
+    """A build process: the workload and its design space, made once."""
+    warnings.simplefilter("ignore")
     from tensorsearch.search.space import DesignSpace
 
-    space = DesignSpace(func, hw)
-    rng = random.Random(seed)
-    seen = set()
-    for _ in range(trials * 8):
-        if len(seen) >= trials:
-            break
-        cand = space.sample(rng)
-        if cand is not None and cand.key not in seen:
-            seen.add(cand.key)
-            decisions = [str(i.decision) for i in cand.trace.insts if i.kind.name == "sample_perfect_tile"]
-            out.append((f"space: tiles {' '.join(decisions)}", cand.func))
+    hw = ts.hardware.load(hw_name)
+    func = ts.workloads.make("GMM", (1, n, n, n), "float16").func
+    _WORKER.update(hw=hw, func=func, space=DesignSpace(func, hw))
+
+
+def _sample_and_build(seed: int):
+    """(label, key, CudaModule or the error text) of the design-space sample drawn from ``seed``;
+    seeds < 0 are the hand schedules of the whole-reduction unit (-w: w warps)."""
+    hw, func = _WORKER["hw"], _WORKER["func"]
+    if seed < 0:
+        label, key, sched = f"unit tiles, {-seed} warps", f"hand{seed}", hand_schedule(func, hw, -seed).func
+    else:
+        cand = _WORKER["space"].sample_space(0, seed)
+        if cand is None:
+            return None
+        label, key, sched = f"space: {_choices(cand.trace)}", cand.key, cand.func
+    try:
+        return label, key, build_cuda(sched, hw)
+    except Exception as err:
+        return label, key, f"build: {err}"
+
+
+def candidates(n: int, hw, trials: int, seed: int) -> list[tuple[str, object]]:
+    """(label, CudaModule or error): the hand schedules of the whole-reduction unit, then
+    ``trials`` distinct valid samples of the design space (MultiLevelTilingTensorCore), sampled
+    and built in parallel processes (spawned: this process may hold a CUDA context)."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("spawn")
+    seeds = [-2, -8] + [seed * 1_000_003 + k for k in range(trials * 4)]
+    out, seen, workers, k = [], set(), os.cpu_count() or 1, 0
+    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_start_worker, initargs=(n, hw.name)) as pool:
+        while len(out) < trials + 2 and k < len(seeds):
+            batch, k = seeds[k : k + 2 * workers], k + 2 * workers
+            for result in pool.map(_sample_and_build, batch):
+                if result is not None and result[1] not in seen and len(out) < trials + 2:
+                    seen.add(result[1])
+                    out.append((result[0], result[2]))
     return out
+
+
+def _choices(trace) -> str:
+    """The sampled sizes, as MultiLevelTilingTensorCore draws them: warps and warp tiles along i,
+    then along j, then the k steps of a shared-memory slice."""
+    values = [i.arg_dict["candidates"][i.decision] for i in trace.insts if i.kind.name == "sample_categorical"]
+    if len(values) != 5:
+        return " ".join(map(str, values))
+    wi, ti, wj, tj, k = values
+    return f"warps {wi}x{wj}, warp tiles {ti}x{tj}, k steps {k}"
 
 
 def main() -> None:
@@ -75,11 +108,16 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=4096)
     ap.add_argument("--trials", type=int, default=48, help="design-space candidates to measure")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--hardware", default="nvidia-sm90", help="the GPU's descriptor (default: H100/H200)")
     args = ap.parse_args()
     warnings.simplefilter("ignore")
     os.makedirs(args.out, exist_ok=True)
-    n, hw = args.size, hardware()
+    n, hw = args.size, ts.hardware.load(args.hardware)
     flops = 2.0 * n**3
+
+    t0 = time.perf_counter()
+    built = candidates(n, hw, args.trials, args.seed)
+    print(f"{len(built)} candidates sampled and built in {time.perf_counter() - t0:.1f} s", flush=True)
 
     from cublas import Cublas  # experiments/cublas.py
 
@@ -87,22 +125,15 @@ def main() -> None:
     ref = blas.time_gemm_f16f32(n, n, n)
     print(f"cuBLAS ({os.path.basename(blas.path)}): {ref * 1e3:.3f} ms, {flops / ref / 1e12:.1f} TFLOP/s", flush=True)
 
-    func = ts.workloads.make("GMM", (1, n, n, n), "float16").func
-    t0 = time.perf_counter()
-    cands = candidates(func, hw, args.trials, args.seed)
-    with ThreadPoolExecutor(os.cpu_count()) as pool:  # nvcc runs in its own processes
-        built = list(pool.map(lambda c: _try(lambda: build_cuda(c[1], hw)), cands))
-    print(f"{len(cands)} candidates built in {time.perf_counter() - t0:.1f} s", flush=True)
-
     rng = np.random.default_rng(args.seed)
     x = rng.standard_normal((1, n, n)).astype(np.float16)
     y = rng.standard_normal((1, n, n)).astype(np.float16)
     want = x[0].astype(np.float32) @ y[0].astype(np.float32)
     rows = []
-    for (label, _), mod in zip(cands, built, strict=True):
+    for label, mod in built:
         row = {"candidate": label, "latency_ms": "", "tflops": "", "vs_cublas": "", "error": ""}
-        if isinstance(mod, Exception):
-            row["error"] = f"build: {mod}"[:200]
+        if isinstance(mod, str):
+            row["error"] = mod[:200]
         else:
             row["grid"], row["block"] = "x".join(map(str, mod.grid)), "x".join(map(str, mod.block))
             z = np.full((1, n, n), np.nan, np.float32)
@@ -117,7 +148,7 @@ def main() -> None:
         rows.append(row)
         print(row, flush=True)
     _write(args.out, rows, n, hw, ref, flops)
-    timed = [(float(r["latency_ms"]), m) for r, m in zip(rows, built, strict=True) if r["latency_ms"]]
+    timed = [(float(r["latency_ms"]), m) for r, (_, m) in zip(rows, built, strict=True) if r["latency_ms"]]
     if timed:
         with open(os.path.join(args.out, "gpu_gemm_best.cu"), "w") as f:
             f.write(min(timed, key=lambda t: t[0])[1].source)

@@ -174,3 +174,13 @@ def _gemm_args(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     x = rng.standard_normal((1, n, n)).astype(np.float16)
     y = rng.standard_normal((1, n, n)).astype(np.float16)
     return x, y, np.full((1, n, n), np.nan, np.float32)
+
+
+@needs_nvcc
+def test_a_kernel_needing_more_registers_than_its_block_may_have_is_a_build_error():
+    # 16 warps of 4 x 4 accumulator fragments: far more than 65536 / 512 = 128 registers a thread
+    sch = tensor_core_gemm(1024, SM90, warps=(4, 4), warp_tiles=(4, 4), k_tiles=1)
+    with pytest.raises(cg.CudaCodegenError, match=r"uses \d+ registers a thread: \d+ for its block of 32x16x1 "
+                       r"threads, more than the 65536 of nvidia-sm90"):  # fmt: skip
+        ts.build(sch.func, SM90)
+    assert ts.build(tensor_core_gemm(256, SM90).func, SM90).registers > 0

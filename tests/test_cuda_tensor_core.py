@@ -8,6 +8,7 @@ nvcc (the PTX holds the mma instructions). tests/test_cuda_runtime.py runs them 
 from __future__ import annotations
 
 import random
+import re
 
 import numpy as np
 import pytest
@@ -73,9 +74,10 @@ def test_generated_kernel_keeps_fragments_across_the_reduction():
     # shared tiles of one k slice (128 x 32 and 32 x 128 halves), refilled after a barrier each step
     k_loop = src[src.index("for (int k_0 = 0;") :]
     assert k_loop.split("\n")[1].strip() == "__syncthreads();"
-    assert "__shared__ half X_shared[4096];" in src and "__shared__ half Y_shared[4096];" in src
+    # rows of 32 halves (64 bytes) padded by 8 halves so that a tile's rows start in other banks
+    assert "__shared__ __align__(32) half X_shared[5120];" in src and "__shared__ __align__(32) half Y_shared[4352];" in src
     assert "mma_sync(Z_wmma_accumulator[((i_2 * 2) + j_2)], X_shared_wmma_matrix_a[" in src
-    assert "load_matrix_sync(X_shared_wmma_matrix_a[" in src and "), 32);" in src  # row stride of X_shared
+    assert "load_matrix_sync(X_shared_wmma_matrix_a[" in src and "), 40);" in src  # row stride of X_shared
 
 
 @needs_nvcc
@@ -171,6 +173,8 @@ def test_design_space_samples_build_for_the_descriptor(hw):
         mod = ts.build(cand.func, hw)
         assert mod.block[0] == 32 and mod.block[1] * mod.block[0] <= hw.gpu.max_threads_per_block
         assert "wmma.mma.sync" in cg.compile_cuda(mod.source, hw, "ptx").decode()
+        # RewriteCooperativeFetch copies whole vectors: 2, 4 or 8 halves a thread and access
+        assert re.search(r"\*\(\((uint4|uint2|unsigned int)\*\)\(&X_shared\[", mod.source)
         built += 1
 
 
@@ -178,7 +182,8 @@ def test_verify_gpu_code_names_the_limit_a_candidate_exceeds():
     big = tensor_core_gemm(512, SM86, warps=(8, 8), warp_tiles=(1, 1), k_tiles=1)
     assert gpu_limits_error(big.func, SM86) == "2048 threads per block, more than 1024"
     wide = tensor_core_gemm(1024, SM86, warps=(2, 2), warp_tiles=(8, 8), k_tiles=4)
-    assert gpu_limits_error(wide.func, SM86) == "65536 bytes of shared memory per block, more than 49152"
+    # 512 x 64 halves of X and 64 x 512 of Y, rows padded by 16 bytes
+    assert gpu_limits_error(wide.func, SM86) == "70656 bytes of shared memory per block, more than 49152"
 
 
 def test_auto_bind_runs_an_elementwise_program_on_threads():
@@ -218,6 +223,6 @@ def test_gpu_compaction_gives_each_thread_block_its_tile_of_shared_memory():
         low.body,
         lambda n: sizes.__setitem__(n.buffer.name, n.buffer.shape[0].value) if isinstance(n, Allocate) else None,
     )
-    assert sizes["X_shared"] == 128 * 32 and sizes["Y_shared"] == 32 * 128  # not 256 x 256
+    assert sizes["X_shared"] == 128 * (32 + 8) and sizes["Y_shared"] == 32 * (128 + 8)  # not 256 x 256; padded rows
     assert sizes["Z_wmma.accumulator"] == 4 * 2 * 256  # one warp's 4 x 2 fragments
     assert sizes["X_shared_wmma.matrix_a"] == 4 * 256  # 4 row tiles for one k step

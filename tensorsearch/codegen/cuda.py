@@ -31,6 +31,7 @@ intrinsics and ``compute``, then ``store`` of the accumulator into its region.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -84,6 +85,7 @@ from ..ir.expr import EQ, GE, GT, LE, LT, NE
 from ..lower import flatten_buffers, lower_blocks, lower_init, simplify
 from ..lower.common import LoweringError
 from ..lower.compact import compact_gpu_buffers
+from ..lower.vectorize import vectorize_loops
 from ..schedule.units import INTRINSIC_ATTR, MEMORY_SCOPES, UNIT_ATTR, UnitError, const_value, find_unit, unit_statement
 from ..target import Hardware, Intrinsic, resolve
 from ..target.intrinsics import CudaImpl, cuda_unverified_reason, warn_not_verified
@@ -95,6 +97,7 @@ __all__ = [
     "CudaCodegenError",
     "CudaKernel",
     "NvccNotFound",
+    "compile_cubin",
     "compile_cuda",
     "find_nvcc",
     "generate",
@@ -219,7 +222,15 @@ def lower_gpu_blocks(func: PrimFunc) -> PrimFunc:
     return lower_blocks(func, compact=False)
 
 
-GPU_PIPELINE = [lower_units, lower_init, lower_gpu_blocks, compact_gpu_buffers, flatten_buffers, simplify]
+GPU_PIPELINE = [
+    lower_units,
+    lower_init,
+    lower_gpu_blocks,
+    compact_gpu_buffers,
+    flatten_buffers,
+    simplify,
+    vectorize_loops,
+]
 
 
 def lower_gpu(func: PrimFunc, target: Hardware) -> PrimFunc:
@@ -289,6 +300,28 @@ class _Printer:
         raise CudaCodegenError(
             f"the program calls intrinsic {ref}, which hardware {self.hardware and self.hardware.name} does not offer"
         )
+
+    def vector_copy(self, s: BufferStore) -> str:
+        """A contiguous vector copy (``B[ramp] = A[ramp]``, as a vectorized cooperative fetch makes it)
+        as one 32-, 64- or 128-bit access each side: ``*(uint4*)(&B[i]) = *(const uint4*)(&A[j]);``."""
+        (idx,) = s.indices
+        value = s.value
+        bits = s.value.dtype.lanes * s.value.dtype.bits
+        word = {32: "unsigned int", 64: "uint2", 128: "uint4"}.get(bits)
+        if not (
+            word
+            and _unit_ramp(idx)
+            and isinstance(value, BufferLoad)
+            and _unit_ramp(value.indices[0])
+            and value.buffer.dtype == s.buffer.dtype
+        ):
+            raise CudaCodegenError(
+                f"vector store to {s.buffer.name}: the CUDA generator emits contiguous copies of 32, 64 or "
+                "128 bits only"
+            )
+        dst = f"{self.buffer(s.buffer)}[{self.expr(idx.base)}]"
+        src = f"{self.buffer(value.buffer)}[{self.expr(value.indices[0].base)}]"
+        return f"*(({word}*)(&{dst})) = *((const {word}*)(&{src}));"
 
     def non_negative(self, e: PrimExpr) -> bool:
         """Whether integer ``e`` is never negative over the loops around it (then C's / and % are floor's)."""
@@ -452,7 +485,8 @@ class _Printer:
         elif isinstance(s, BufferStore):
             (idx,) = s.indices
             if isinstance(idx, Ramp) or s.value.dtype.lanes != 1:
-                raise CudaCodegenError(f"vector store to {s.buffer.name} is not supported by the CUDA generator")
+                self.emit(depth, self.vector_copy(s))
+                return
             self.emit(depth, f"{self.buffer(s.buffer)}[{self.expr(idx)}] = {self.expr(s.value)};")
         elif isinstance(s, Allocate):
             b = s.buffer
@@ -469,7 +503,8 @@ class _Printer:
             prefix = {"shared": "__shared__ ", "local": ""}.get(b.scope)
             if prefix is None:
                 raise CudaCodegenError(f"allocation {b.name} in scope {b.scope} is not supported (shared or local)")
-            self.emit(depth, f"{prefix}{_ctype(b.dtype)} {self.buffer(b)}[{n}];")
+            align = "__align__(32) " if b.scope == "shared" else ""  # WMMA needs 256-bit aligned tiles
+            self.emit(depth, f"{prefix}{align}{_ctype(b.dtype)} {self.buffer(b)}[{n}];")
             self.stmt(s.body, depth)
         elif isinstance(s, Evaluate):
             e = s.value
@@ -495,6 +530,10 @@ class _Printer:
             raise CudaCodegenError(f"block {getattr(s, 'name', '')} survived lowering")
         else:
             raise CudaCodegenError(f"the CUDA generator cannot print {type(s).__name__}")
+
+
+def _unit_ramp(e: PrimExpr) -> bool:
+    return isinstance(e, Ramp) and const_value(e.stride) == 1
 
 
 def _stride_value(e: PrimExpr) -> PrimExpr:
@@ -621,7 +660,18 @@ def compile_cuda(source: str, target: Hardware | str, output: str = "cubin") -> 
 
     Raises :class:`NvccNotFound` without nvcc, :class:`CudaCodegenError` with nvcc's first error
     lines when it refuses the source."""
-    hw = resolve(target)
+    return _nvcc(source, resolve(target), output)[0]
+
+
+def compile_cubin(source: str, target: Hardware | str) -> tuple[bytes, int]:
+    """:func:`compile_cuda` to a cubin, with the registers a thread uses (as ptxas reports them)."""
+    cubin, log = _nvcc(source, resolve(target), "cubin")
+    used = re.search(r"Used (\d+) registers", log)
+    return cubin, int(used.group(1)) if used else 0
+
+
+def _nvcc(source: str, hw: Hardware, output: str) -> tuple[bytes, str]:
+    """(the output file's bytes, ptxas's report) of nvcc compiling ``source`` for ``hw``."""
     if hw.gpu is None:
         raise CudaCodegenError(f"hardware {hw.name} is not a GPU (kind {hw.kind}); CUDA needs a kind: gpu descriptor")
     if output not in ("cubin", "ptx"):
@@ -636,10 +686,11 @@ def compile_cuda(source: str, target: Hardware | str, output: str = "cubin") -> 
         cu, out = os.path.join(tmp, "kernel.cu"), os.path.join(tmp, f"kernel.{output}")
         with open(cu, "w") as f:
             f.write(source)
-        cmd = [nvcc, f"-{output}", f"-arch={hw.gpu.sm}", "-O3", "-o", out, cu]
+        verbose = ["-Xptxas", "-v"] if output == "cubin" else []
+        cmd = [nvcc, f"-{output}", f"-arch={hw.gpu.sm}", "-O3", *verbose, "-o", out, cu]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
         if proc.returncode != 0:
             errors = [line for line in proc.stderr.splitlines() if "error" in line] or proc.stderr.splitlines()
             raise CudaCodegenError(f"nvcc refused the kernel for {hw.gpu.sm}: " + "; ".join(errors[:3]))
         with open(out, "rb") as f:
-            return f.read()
+            return f.read(), proc.stderr

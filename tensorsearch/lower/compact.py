@@ -256,4 +256,32 @@ def compact_gpu_buffers(func: PrimFunc) -> PrimFunc:
               for ko:                                    Allocate(X_shared, (1, 64, 32))
                 X_shared[0, bx*64 + a, ko*32 + b]          X_shared[0, a, b] ...
     """
-    return func.with_body(_Compact(gpu=True).visit(func.body))
+    return func.with_body(_PadSharedRows().visit(_Compact(gpu=True).visit(func.body)))
+
+
+class _PadSharedRows(Mutator):
+    """Shared buffers whose rows are a multiple of 64 bytes get 16 bytes more per row (TVM's
+    ``storage_align`` offset for tensor cores): the rows of a 16x16 tile that threads read at once
+    then start in different shared-memory banks instead of the same one. Rows stay 16-byte aligned
+    (vector copies) and 16-row tiles 32-byte aligned (WMMA)."""
+
+    def visit_Allocate(self, op: Allocate) -> Stmt:
+        body = self.visit(op.body)
+        buf = op.buffer
+        shape = [x.value if isinstance(x, IntImm) else None for x in buf.shape]
+        nbytes = max(buf.dtype.bits // 8, 1)
+        if buf.scope != "shared" or len(shape) < 2 or None in shape or (shape[-1] * nbytes) % 64:
+            return Allocate(buf, body)
+        row = IntImm(buf.shape[-1].dtype, shape[-1] + 16 // nbytes)
+        padded = Buffer(buf.name, (*buf.shape[:-1], row), buf.dtype, (), buf.elem_offset, buf.scope, buf.alignment)
+
+        class _Use(Mutator):
+            def visit_BufferLoad(self, load: BufferLoad) -> PrimExpr:
+                load = self.generic_visit(load)
+                return BufferLoad(padded, load.indices) if load.buffer is buf else load
+
+            def visit_BufferStore(self, store: BufferStore) -> Stmt:
+                store = self.generic_visit(store)
+                return BufferStore(padded, store.value, store.indices) if store.buffer is buf else store
+
+        return Allocate(padded, _Use().visit(body))

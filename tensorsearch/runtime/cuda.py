@@ -77,6 +77,7 @@ class CudaModule:
         self.grid = kernel.dims("blockIdx")
         self.block = kernel.dims("threadIdx")
         self.build_seconds = 0.0
+        self.registers = 0  # a thread's, as ptxas reported them (0: unknown)
         self._function: Any = None
 
     def __repr__(self) -> str:
@@ -207,8 +208,17 @@ def build_cuda(func: PrimFunc, hw: Hardware, name: str | None = None) -> CudaMod
     t0 = _time.perf_counter()
     lowered = cg.lower_gpu(func, hw)
     kernel = cg.generate_kernel(lowered, hw, name or str(func.attr_dict.get("global_symbol", "main")))
+    cubin, registers = cg.compile_cubin(kernel.source, hw)
+    threads = kernel.dims("threadIdx")
+    per_block = registers * threads[0] * threads[1] * threads[2]
+    if per_block > hw.gpu.registers_per_block:
+        raise cg.CudaCodegenError(
+            f"kernel {kernel.name} uses {registers} registers a thread: {per_block} for its block of "
+            f"{'x'.join(map(str, threads))} threads, more than the {hw.gpu.registers_per_block} of {hw.name}"
+        )
     # the stores a unit makes are template calls after lowering: the scheduled blocks say what is written
-    module = CudaModule(kernel.name, signature(func), kernel, cg.compile_cuda(kernel.source, hw), hw.gpu.sm)
+    module = CudaModule(kernel.name, signature(func), kernel, cubin, hw.gpu.sm)
+    module.registers = registers
     module.build_seconds = _time.perf_counter() - t0
     return module
 

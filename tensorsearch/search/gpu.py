@@ -230,14 +230,36 @@ class RewriteCooperativeFetch:
             if COOPERATIVE_FETCH not in dict(sch.get(block).annotations):
                 continue
             copy_loops = sch.get_loops(block)[-int(dict(sch.get(block).annotations)[COOPERATIVE_FETCH]) :]
-            fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-            if _extent(sch, fused) % (warps * self.warp_size):
+            threads = warps * self.warp_size
+            total = 1
+            for loop in copy_loops:
+                total *= _extent(sch, loop)
+            if total % threads:
                 return False  # the copy does not divide among the threads
+            bits = sch.get(block).writes[0].buffer.dtype.bits
+            lanes = self._lanes(bits, total // threads, _extent(sch, copy_loops[-1]))
+            vec = None
+            if lanes > 1:  # each thread copies whole vectors of one row: split the row first
+                col, vec = sch.split(copy_loops[-1], [None, lanes])
+                copy_loops = [*copy_loops[:-1], col]
+            fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
             _, ty, tx = sch.split(fused, [None, warps, self.warp_size])
             sch.bind(ty, "threadIdx.y")
             sch.bind(tx, "threadIdx.x")
+            if vec is not None:
+                sch.vectorize(vec)
             sch.unannotate(block, COOPERATIVE_FETCH)
         return True
+
+    @staticmethod
+    def _lanes(bits: int, per_thread: int, row: int) -> int:
+        """Elements per thread and access: the widest of 128, 64 and 32 bits that divides each
+        thread's share and the copy's rows (so every vector stays inside one row)."""
+        for width in (128, 64, 32):
+            lanes = max(width // bits, 1)
+            if per_thread % lanes == 0 and row % lanes == 0:
+                return lanes
+        return 1
 
     def __repr__(self) -> str:
         return f"{self.name}()"
