@@ -54,7 +54,10 @@ def test_wmma_gemm_source_structure():
 def test_wmma_gemm_compiles_to_wmma_ptx(tmp_path, shared):
     src = cuda.generate(wmma_gemm(shared=shared).func, "nvidia-sm86")
     if shared:
-        assert "__shared__ __align__(32) half X_shared[" in src and "load_matrix_sync(X_shared_matrix_a, (&X_shared[" in src
+        assert (
+            "__shared__ __align__(32) half X_shared[" in src
+            and "load_matrix_sync(X_shared_matrix_a, (&X_shared[" in src
+        )
         assert src.index("__syncthreads();") < src.index("fill_fragment(")
     ptx = _ptx(tmp_path, src)
     assert "wmma.mma" in ptx and "wmma.load.a" in ptx and "wmma.load.b" in ptx and "wmma.store.d" in ptx

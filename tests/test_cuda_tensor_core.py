@@ -75,7 +75,10 @@ def test_generated_kernel_keeps_fragments_across_the_reduction():
     k_loop = src[src.index("for (int k_0 = 0;") :]
     assert k_loop.split("\n")[1].strip() == "__syncthreads();"
     # rows of 32 halves (64 bytes) padded by 8 halves so that a tile's rows start in other banks
-    assert "__shared__ __align__(32) half X_shared[5120];" in src and "__shared__ __align__(32) half Y_shared[4352];" in src
+    assert (
+        "__shared__ __align__(32) half X_shared[5120];" in src
+        and "__shared__ __align__(32) half Y_shared[4352];" in src
+    )
     assert "mma_sync(Z_wmma_accumulator[((i_2 * 2) + j_2)], X_shared_wmma_matrix_a[" in src
     assert "load_matrix_sync(X_shared_wmma_matrix_a[" in src and "), 40);" in src  # row stride of X_shared
 
