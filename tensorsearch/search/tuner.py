@@ -106,7 +106,12 @@ class TuneInputError(TuneError, ValueError):
 
 def check_runs_here(hw: Hardware, address: str | None) -> None:
     """TuneError, before anything starts, when the candidates are to be measured on this machine
-    (no cluster address) and this CPU cannot run code built for ``hw``."""
+    (no cluster address) and this CPU cannot run code built for ``hw``, or ``hw`` is a GPU."""
+    if hw.kind == "gpu":
+        raise TuneInputError(
+            f"tune: hardware {hw.name} is a GPU, and the tuner measures on CPUs only for now; "
+            "experiments/gpu_gemm.py samples the GPU design space and times its kernels on a GPU"
+        )
     if address is None and not hw.runs_here:
         missing = hw.missing_here()
         lacks = (
