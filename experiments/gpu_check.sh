@@ -7,12 +7,13 @@
 #      typing-extensions and siphash24;
 #   2. runs the CUDA tests (tests/test_cuda_runtime.py, tests/test_cuda_codegen.py), none skipped
 #      for want of a GPU;
-#   3. runs experiments/gpu_gemm.py: float16 GEMM 4096^3 against cuBLAS measured in the same run.
+#   3. runs experiments/gpu_ops.py: float16 GEMM 4096^3 and ResNet-50's 3x3 64-channel convolution,
+#      each against cuBLAS measured in the same run.
 # Fill .whl/ on a machine with a registry:
 #   pip download --no-deps --no-build-isolation --no-binary :all: pycuda -d .whl
 #   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux2014_x86_64 -d .whl pytools platformdirs mako typing-extensions siphash24
-# Usage: OUT=/tmp/out experiments/gpu_check.sh [gpu_gemm.py arguments]
+# Usage: OUT=/tmp/out experiments/gpu_check.sh [gpu_ops.py arguments]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/gpu-check}
@@ -65,6 +66,6 @@ log "2. CUDA tests"
 python3 -m pytest -q -rs -p no:cacheprovider tests/test_cuda_runtime.py tests/test_cuda_codegen.py \
     2>&1 | tee "$OUT/tests.log" | tail -15
 
-log "3. float16 GEMM against cuBLAS"
-python3 experiments/gpu_gemm.py --out "$OUT" "$@"
+log "3. float16 GEMM and C2D against cuBLAS"
+python3 experiments/gpu_ops.py --out "$OUT" "$@"
 log "done"

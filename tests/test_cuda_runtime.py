@@ -184,3 +184,25 @@ def test_a_kernel_needing_more_registers_than_its_block_may_have_is_a_build_erro
                        r"threads, more than the 65536 of nvidia-sm90"):  # fmt: skip
         ts.build(sch.func, SM90)
     assert ts.build(tensor_core_gemm(256, SM90).func, SM90).registers > 0
+
+
+@needs_gpu
+@needs_nvcc
+def test_conv_design_space_candidates_run_and_match_numpy():
+    import random
+
+    from tensorsearch.search.space import DesignSpace
+
+    hw = gpu_descriptor()
+    wl = ts.workloads.make("C2D", (1, 56, 56, 64, 64, 3, 1, 1), "float16")  # ResNet-50's 3x3, 64 channels
+    space = DesignSpace(wl.func, hw)
+    rng, ran = random.Random(5), 0
+    while ran < 3:
+        cand = space.sample(rng)
+        if cand is None:
+            continue
+        inputs = wl.make_inputs(ran)
+        out = np.full((1, 56, 56, 64), np.nan, np.float32)
+        ts.build(cand.func, hw)(*inputs, out)
+        wl.check([out], wl.reference(*inputs))
+        ran += 1

@@ -229,3 +229,65 @@ def test_gpu_compaction_gives_each_thread_block_its_tile_of_shared_memory():
     assert sizes["X_shared"] == 128 * (32 + 8) and sizes["Y_shared"] == 32 * (128 + 8)  # not 256 x 256; padded rows
     assert sizes["Z_wmma.accumulator"] == 4 * 2 * 256  # one warp's 4 x 2 fragments
     assert sizes["X_shared_wmma.matrix_a"] == 4 * 256  # 4 row tiles for one k step
+
+
+# ---------------------------------------------------------------------------------------------
+# convolutions: reindexed into a GEMM (im2col in the shared fetch, the output through shared memory)
+
+
+def _conv(shape=(1, 16, 16, 32, 32, 3, 1, 1)):
+    return ts.workloads.make("C2D", shape, "float16")
+
+
+def test_as_gemm_makes_a_convolution_a_gemm_over_reindexed_buffers():
+    from tensorsearch.search.gpu import as_gemm
+
+    sch = Schedule(_conv().func, hardware=SM86)
+    block = sch.get_block("conv2d_nhwc")
+    gemm = as_gemm(sch, block)
+    blk = sch.get(block)
+    assert [(iv.iter_type.value, iv.dom.extent.value) for iv in blk.iter_vars] == [
+        ("spatial", 16 * 16),  # m = (n, h, w)
+        ("spatial", 32),  # co
+        ("reduce", 3 * 3 * 32),  # k = (rh, rw, ci)
+    ]
+    assert [(r.buffer.name, [x.value for x in r.buffer.shape]) for r in blk.reads] == [
+        ("PadInput_reindex", [256, 288]),
+        ("weight_reindex", [288, 32]),
+    ]
+    assert [sch.get(b).name for b in gemm.input_copies] == ["PadInput", "PadInput_reindex", "weight_reindex"]
+    assert sch.get(gemm.output_copy).name == "conv2d_nhwc_reindex"
+    x, w = (np.random.default_rng(1).standard_normal(s).astype(np.float16) for s in ((1, 16, 16, 32), (3, 3, 32, 32)))
+    got, want = np.zeros((1, 16, 16, 32), np.float32), np.zeros((1, 16, 16, 32), np.float32)
+    interpret(sch.func, x, w, got)
+    interpret(_conv().func, x, w, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+def test_conv_design_space_samples_compute_the_convolution(hw):
+    wl = _conv()
+    space = DesignSpace(wl.func, hw)
+    cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
+    names = {v for v in _all_annotations(Schedule(cand.func)).values() if v}
+    assert "cuda-wmma-f16/wmma_store_shared_16x16x16_f32" in names and len(names) == 5
+    rng = np.random.default_rng(2)
+    x, w = (
+        rng.standard_normal((1, 16, 16, 32)).astype(np.float16),
+        rng.standard_normal((3, 3, 32, 32)).astype(np.float16),
+    )
+    got = rng.standard_normal((1, 16, 16, 32)).astype(np.float32)
+    want = np.zeros_like(got)
+    interpret(cand.func, x, w, got)
+    interpret(wl.func, x, w, want)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@needs_nvcc
+@pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+def test_resnet_conv_samples_build_with_mma(hw):
+    space = DesignSpace(_conv((1, 56, 56, 64, 64, 3, 1, 1)).func, hw)  # ResNet-50's 3x3, 64 channels
+    cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
+    mod = ts.build(cand.func, hw)
+    assert "wmma.mma.sync" in cg.compile_cuda(mod.source, hw, "ptx").decode()
+    assert "store_matrix_sync((&conv2d_nhwc_reindex_shared[" in mod.source  # out through shared memory

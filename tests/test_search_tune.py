@@ -301,7 +301,7 @@ def test_tuning_for_hardware_this_cpu_cannot_run_says_so_before_starting(tmp_pat
         ts.tune(workloads.get("GMM", 0, "float32"), "arm-graviton2", trials=1, work_dir=tmp_path / "w")
     assert not (tmp_path / "w").exists()
     with pytest.raises(
-        TuneError, match=r"hardware nvidia-sm90 is a GPU, and the tuner measures on CPUs only .*gpu_gemm"
+        TuneError, match=r"hardware nvidia-sm90 is a GPU, and the tuner measures on CPUs only .*gpu_ops"
     ):
         ts.tune(workloads.get("GMM", 0, "float16"), "nvidia-sm90", trials=1, work_dir=tmp_path / "w", address="x:1")
     assert not (tmp_path / "w").exists()

@@ -36,6 +36,7 @@ the descriptor's ``gpu:`` limits is rejected before it is built.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..ir import IntImm
@@ -93,6 +94,99 @@ def _tile_16x16(sch: Schedule, block: BlockRV) -> BlockRV:
     return sch.blockize(a1)
 
 
+def _store_to_shared(iset: IntrinsicSet, store: Any) -> Any:
+    """The intrinsic of the set that does what ``store`` does, into shared memory."""
+    src, dst = store.operands
+    for intr in iset:
+        ops = intr.operands
+        if (
+            len(ops) == 2
+            and (ops[0].scope, ops[0].dtype, ops[1].dtype) == (src.scope, src.dtype, dst.dtype)
+            and ops[1].scope == "shared"
+        ):
+            return intr
+    raise ScheduleError(f"intrinsic set {iset.name} has no {store.name} into shared memory")
+
+
+@dataclass(frozen=True)
+class Gemm:
+    """What :func:`as_gemm` made: the copies that reindex the operands (to inline into the shared
+    fetches; a padding producer first) and the copy of the output back to its layout."""
+
+    input_copies: tuple[BlockRV, ...]
+    output_copy: BlockRV
+
+
+def as_gemm(sch: Schedule, block: BlockRV) -> Gemm | None:
+    """Make a contraction of two operands (a convolution) a GEMM over reindexed buffers, as TVM's
+    tensor-core rule does; None when the block is not one. Before (C2D, NHWC)::
+
+        for n, h, w, co, rh, rw, ci in T.grid(...):
+            out[n, h, w, co] += f32(pad[n, h + rh, w + rw, ci]) * f32(weight[rh, rw, ci, co])
+
+    After: ``A[m, k] = pad[...]`` (im2col), ``B[k, co] = weight[...]`` and
+    ``out[...] = C[m, co]`` are copies, the block is ``C[m, co] += f32(A[m, k]) * f32(B[k, co])``
+    with ``m`` = (n, h, w) and ``k`` = (rh, rw, ci) fused."""
+    blk = sch.get(block)
+    out = blk.writes[0].buffer
+    reads = [r for r in blk.reads if r.buffer is not out]
+    if len(reads) != 2 or len(blk.writes) != 1:
+        return None
+    extent = {iv.var: iv.dom.extent.value for iv in blk.iter_vars if isinstance(iv.dom.extent, IntImm)}
+    if len(extent) != len(blk.iter_vars):
+        return None
+    used = [_vars_of(r) for r in (*reads, blk.writes[0])]
+    spatial = [iv.var for iv in blk.iter_vars if iv.iter_type.value == "spatial"]
+    groups = {
+        "i": [v for v in spatial if v in used[0] and v not in used[1]],
+        "j": [v for v in spatial if v in used[1] and v not in used[0]],
+        "k": [iv.var for iv in blk.iter_vars if iv.iter_type.value == "reduce"],
+    }
+    shared_batch = [v for v in spatial if v in used[0] and v in used[1]]
+    if any(extent[v] != 1 for v in shared_batch) or not all(groups.values()):
+        return None
+    if any(v not in used[0] or v not in used[1] for v in groups["k"]):
+        return None
+    copies = []
+    for where, rows, cols in ((("read", 0), "i", "k"), (("read", 1), "k", "j"), (("write", 0), "i", "j")):
+        index = 0 if where[0] == "write" else where[1]
+        dims = [iv.var for iv in blk.iter_vars if iv.var in used[2 if where[0] == "write" else index]]
+        lam = _fuse_map(dims, [groups[rows], groups[cols]], extent)
+        copy = sch.reindex(block, where)
+        sch.transform_layout(block, where, lam)
+        sch.transform_block_layout(copy, lam)
+        copies.append(copy)
+    sch.transform_block_layout(block, _fuse_map([iv.var for iv in blk.iter_vars], [groups[g] for g in "ijk"], extent))
+    inputs = [*_padding_producers(sch, copies[0]), copies[0], copies[1]]
+    return Gemm(tuple(inputs), copies[2])
+
+
+def _vars_of(region: Any) -> set[Any]:
+    from ..ir.functor import free_vars
+
+    return {v for r in region.region for v in free_vars(r.min)}
+
+
+def _fuse_map(dims: list[Any], groups: list[list[Any]], extent: dict[Any, int]) -> str:
+    """``lambda d0, d1, ...: (fused group 0, fused group 1, ...)`` over ``dims`` (row-major fusion)."""
+    names = {v: f"d{n}" for n, v in enumerate(dims)}
+    outs = []
+    for group in groups:
+        expr = "0"
+        for v in group:
+            expr = f"({expr}) * {extent[v]} + {names[v]}" if expr != "0" else names[v]
+        outs.append(expr)
+    return f"lambda {', '.join(names.values())}: ({', '.join(outs)},)"
+
+
+def _padding_producers(sch: Schedule, copy: BlockRV) -> list[BlockRV]:
+    """The blocks that compute what ``copy`` reads (a padding stage), to inline before it."""
+    try:
+        return [p for p in sch.get_producers(copy)]
+    except ScheduleError:
+        return []
+
+
 class MultiLevelTilingTensorCore(ScheduleRule):
     """Tile a GEMM-like block for a WMMA unit of the hardware (module doc)."""
 
@@ -110,12 +204,16 @@ class MultiLevelTilingTensorCore(ScheduleRule):
         if self.hardware is None or not _is_reduction(sch, block) or not _trivially_bound(sch, block):
             return [sch]
         unit = _unit_for(self.hardware, sch, block)
-        loops = _gemm_loops(sch, block)
-        if unit is None or loops is None:
+        if unit is None:
             return [sch]
         fork = sch.copy()
         try:
-            self._tile(fork, block, *unit)
+            gemm = None
+            if _gemm_loops(fork, block) is None:  # a convolution: made a GEMM over reindexed buffers
+                gemm = as_gemm(fork, block)
+                if gemm is None or _gemm_loops(fork, block) is None:
+                    return [sch]
+            self._tile(fork, block, *unit, gemm)
         except ScheduleError:
             return [sch]  # the unit does not fit this block (a layout, a transposed operand)
         return [fork]
@@ -130,14 +228,21 @@ class MultiLevelTilingTensorCore(ScheduleRule):
             left //= max(sizes)  # a bound: the sizes sampled later must divide whatever was chosen
         return sch.split(loop, [None, *factors])
 
-    def _tile(self, sch: Schedule, block: BlockRV, iset: IntrinsicSet, unit: Unit) -> None:
+    def _tile(self, sch: Schedule, block: BlockRV, iset: IntrinsicSet, unit: Unit, gemm: Gemm | None) -> None:
         compute = iset[unit.compute]
         scope = {o.name: o.scope for o in compute.operands}
         a_name, b_name = [o.name for o in compute.operands if o.role == "input"]
         (c_name,) = [o.name for o in compute.operands if o.role in ("accumulator", "output")]
+        copy_out = None
+        if gemm is not None:  # accumulators go out through shared memory, copied to the output's layout
+            copy_out = sch.cache_write(block, 0, "shared")
+            sch.reverse_compute_inline(gemm.output_copy)
         store = sch.cache_write(block, 0, scope[c_name])
         shared = [sch.cache_read(block, k, "shared") for k in (0, 1)]
         frags = [sch.cache_read(block, 0, scope[a_name]), sch.cache_read(block, 1, scope[b_name])]
+        if gemm is not None:  # the shared copies read the operands through the reindexing (im2col)
+            for producer in gemm.input_copies:
+                sch.compute_inline(producer)
         units, i, j, k = _gemm_loops(sch, block)
         (i_o, i16), (j_o, j16), (k_o, k16) = (sch.split(lp, [None, 16]) for lp in (i, j, k))
         i0, i1, i2 = self._split(sch, i_o, "warps", "warp_tiles")
@@ -160,7 +265,16 @@ class MultiLevelTilingTensorCore(ScheduleRule):
             above = next(n for n, lp in enumerate(sch.get_loops(cache)) if sch.get(lp) is sch.get(k0)) + 1
             sch.annotate(cache, COOPERATIVE_FETCH, len(sch.get_loops(cache)) - above)  # the copy's own loops
         sch.reverse_compute_at(store, warp)
-        sch.tensorize(_tile_16x16(sch, store), unit.store)
+        if copy_out is None:
+            sch.tensorize(_tile_16x16(sch, store), unit.store)
+            return
+        sch.tensorize(_tile_16x16(sch, store), _store_to_shared(iset, iset[unit.store]).name)
+        sch.reverse_compute_at(copy_out, warp)
+        loops = sch.get_loops(copy_out)
+        below = next(n for n, lp in enumerate(loops) if sch.get(lp) is sch.get(warp)) + 1
+        fused = sch.fuse(*loops[below:])  # the warp's tile, copied by its lanes
+        _, lanes = sch.split(fused, [None, self.hardware.gpu.warp_size])
+        sch.bind(lanes, "threadIdx.x")
 
 
 class AutoBind(ScheduleRule):
@@ -189,7 +303,8 @@ class AutoBind(ScheduleRule):
         fork = sch.copy()
         try:
             fused = fork.fuse(*spatial) if len(spatial) > 1 else spatial[0]
-            threads = [t for t in self.config["thread_extents"] if t <= self.max_threads]
+            fits = [t for t in self.config["thread_extents"] if t <= self.max_threads]
+            threads = [t for t in fits if _extent(fork, fused) % t == 0] or fits[:1]  # whole blocks when possible
             n = fork.sample_categorical(threads, [1.0] * len(threads))
             bx, tx = fork.split(fused, [None, n])
             fork.bind(bx, "blockIdx.x")

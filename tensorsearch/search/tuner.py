@@ -110,7 +110,7 @@ def check_runs_here(hw: Hardware, address: str | None) -> None:
     if hw.kind == "gpu":
         raise TuneInputError(
             f"tune: hardware {hw.name} is a GPU, and the tuner measures on CPUs only for now; "
-            "experiments/gpu_gemm.py samples the GPU design space and times its kernels on a GPU"
+            "experiments/gpu_ops.py samples the GPU design space and times its kernels on a GPU"
         )
     if address is None and not hw.runs_here:
         missing = hw.missing_here()
