@@ -1,7 +1,12 @@
 """Measuring candidates on Ray: correct ones are timed, wrong/hanging/crashing/unbuildable ones are
 recorded as failed and the batch goes on. One Ray session (an embedded local cluster) for the file."""
 
+import json
 import math
+import os
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -167,3 +172,48 @@ def test_build_timeout(f32):
         f32.build_timeout_s = 120.0
     assert r.error == "build timed out after 0.001 s" and not r.ok
     assert_ok(f32.measure([F32.func])[0])
+
+
+GPU_MEASURER = """
+import json, random, sys, warnings
+warnings.simplefilter("ignore")
+import ray
+ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+from tensorsearch import workloads
+from tensorsearch.search.measure import Measurer
+from tensorsearch.search.space import DesignSpace
+wl = workloads.make("GMM", (1, 64, 64, 64), "float16")
+from tensorsearch import hardware
+space = DesignSpace(wl.func, hardware.load("nvidia-sm86"))
+cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
+with Measurer(wl.func, "nvidia-sm86", workload=wl) as m:
+    print(json.dumps([len(m._slots), m._slots[0].gpu, [r.error for r in m.measure([cand.func])]]))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") and not os.access("/usr/local/cuda/bin/nvcc", os.X_OK), reason="no nvcc")
+def test_gpu_candidates_are_built_in_tasks_and_run_by_one_runner_per_gpu(tmp_path):
+    """A cluster with one (here: declared) GPU: the candidate is built to a cubin in a Ray task
+    and sent to the runner that holds the GPU, which loads it as a CUDA module; where it cannot
+    run (no pycuda, no device) that is the candidate's one-line error, and nothing raises."""
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": os.environ["PATH"] + ":/usr/local/cuda/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", GPU_MEASURER], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    slots, gpu, errors = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (slots, gpu) == (1, True)
+    if gpu_missing_reason() is not None:
+        assert errors[0].startswith("run: CudaRuntimeError: running a CUDA module needs "), errors
+    else:
+        assert errors == [None]
+
+
+def gpu_missing_reason() -> str | None:
+    from tensorsearch.runtime.cuda import CudaRuntimeError, device_compute_capability
+
+    try:
+        device_compute_capability()
+    except CudaRuntimeError as err:
+        return str(err)
+    return None

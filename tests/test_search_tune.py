@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -300,8 +301,51 @@ def test_tuning_for_hardware_this_cpu_cannot_run_says_so_before_starting(tmp_pat
     with pytest.raises(TuneError, match="this CPU cannot run code built for hardware arm-graviton2"):
         ts.tune(workloads.get("GMM", 0, "float32"), "arm-graviton2", trials=1, work_dir=tmp_path / "w")
     assert not (tmp_path / "w").exists()
-    with pytest.raises(
-        TuneError, match=r"hardware nvidia-sm90 is a GPU, and the tuner measures on CPUs only .*gpu_ops"
-    ):
-        ts.tune(workloads.get("GMM", 0, "float16"), "nvidia-sm90", trials=1, work_dir=tmp_path / "w", address="x:1")
-    assert not (tmp_path / "w").exists()
+    if shutil.which("nvidia-smi") is None:
+        with pytest.raises(
+            TuneError, match=r"hardware nvidia-sm90 is a GPU and this machine has no NVIDIA driver .*--address"
+        ):
+            ts.tune(workloads.get("GMM", 0, "float16"), "nvidia-sm90", trials=1, work_dir=tmp_path / "w")
+        assert not (tmp_path / "w").exists()
+
+
+GPU_TUNE = """
+import json, warnings
+warnings.simplefilter("ignore")
+import ray
+ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
+import tensorsearch as ts
+from tensorsearch import workloads
+from tensorsearch.search import TuneError
+try:
+    ts.tune(workloads.make("GMM", (1, 128, 128, 128), "float16"), "nvidia-sm86", trials=6, work_dir="w", address="auto")
+    print(json.dumps("tuned"))
+except TuneError as err:
+    print(json.dumps(str(err)))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("nvcc") and not os.access("/usr/local/cuda/bin/nvcc", os.X_OK), reason="no nvcc")
+def test_tuning_for_a_gpu_measures_on_the_clusters_gpu_runners(tmp_path):
+    """The whole search (design space, cost model, evolution) on a cluster with one GPU (here a
+    declared one): candidates reach the GPU runner as CUDA modules. Without pycuda or a device
+    every record says why in one line, and tune ends with a TuneError naming the database."""
+    from tensorsearch.runtime.cuda import CudaRuntimeError, device_compute_capability
+
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": os.environ["PATH"] + ":/usr/local/cuda/bin"}
+    proc = subprocess.run(
+        [sys.executable, "-c", GPU_TUNE], capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    try:
+        device_compute_capability()
+    except CudaRuntimeError:
+        assert outcome.startswith(
+            "tune: none of the 6 candidates measured for GMM(1,128,128,128)/float16 on nvidia-sm86"
+        )
+        records = [json.loads(line) for line in (tmp_path / "w/database/tuning_records.jsonl").open()]
+        assert len(records) == 6
+        assert all(r["error"].startswith("run: CudaRuntimeError: running a CUDA module needs ") for r in records)
+    else:
+        assert outcome == "tuned"

@@ -24,6 +24,9 @@ How a batch is measured (:meth:`Measurer.measure`):
    Runners start with ``OMP_NUM_THREADS`` = the node's CPUs (Ray would otherwise set it to 1 for
    an actor without CPUs, making parallel loops serial) and libgomp's own wait policy
    (``OMP_WAIT_POLICY=passive`` doubled the latency of sub-millisecond kernels; docs/codegen.md).
+   For a GPU descriptor every GPU of the cluster gets a runner instead (``num_gpus=1``: Ray
+   gives it its own device), and the candidates are CUDA modules (a cubin and its launch),
+   checked and timed the same way (with CUDA events).
 3. **Check.** The runner writes the library to a local temporary directory, loads it and runs it
    once on fixed random inputs (``workload.make_inputs(seed)``) with outputs freshly filled with
    random garbage (so a kernel that skips part of its output is caught), and compares with
@@ -407,6 +410,7 @@ class _Slot:
     cpus: int
     actor: Any
     token: str  # names the runner's temporary directory on its node
+    gpu: bool = False  # the runner holds one of the node's GPUs (num_gpus=1) and runs CUDA modules
     ready: bool = False
     dead: bool = False
     job: tuple[int, str, Any, float, float] | None = None  # (index, "check" | "time", ref, deadline, budget s)
@@ -464,16 +468,23 @@ class Measurer:
         inputs, out_positions, expected, checker = _reference(func, workload, seed)
         self._runner_args = (ray.put(inputs), out_positions, ray.put(expected), checker, seed)
         self._slots: list[_Slot] = []
+        gpu = self.hardware.kind == "gpu"
         for node in ray.nodes():
-            cpus = int(node.get("Resources", {}).get("CPU", 0))
-            if node.get("Alive") and cpus > 0:
+            resources = node.get("Resources", {})
+            cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+            if not node.get("Alive"):
+                continue
+            if gpu:  # one runner per GPU: Ray gives each its own device (CUDA_VISIBLE_DEVICES)
+                self._slots += [self._start(node["NodeID"], max(cpus, 1), gpu=True) for _ in range(gpus)]
+            elif cpus > 0:
                 self._slots.append(self._start(node["NodeID"], cpus))
         if not self._slots:
-            raise RuntimeError("the Ray cluster has no alive node with CPUs to run candidates on")
+            what = "GPUs (Ray resource GPU)" if gpu else "CPUs"
+            raise RuntimeError(f"the Ray cluster has no alive node with {what} to run candidates on")
         self._build_slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     # runners -----------------------------------------------------------------------------
-    def _start(self, node_id: str, cpus: int) -> _Slot:
+    def _start(self, node_id: str, cpus: int, gpu: bool = False) -> _Slot:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         token = f"tensorsearch-runner-{uuid.uuid4().hex}"
@@ -484,10 +495,11 @@ class Measurer:
             .options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 runtime_env={"env_vars": env},
+                num_gpus=1 if gpu else 0,
             )
             .remote(inputs, out_positions, expected, checker, token, seed)
         )
-        return _Slot(node_id, cpus, actor, token)
+        return _Slot(node_id, cpus, actor, token, gpu)
 
     def _wait_ready(self, slot: _Slot) -> None:
         """Wait until the slot's runner has started (so its start-up never counts against a timeout)."""
@@ -512,7 +524,7 @@ class Measurer:
 
         if kill:
             ray.kill(slot.actor, no_restart=True)
-        fresh = self._start(slot.node_id, slot.cpus)
+        fresh = self._start(slot.node_id, slot.cpus, slot.gpu)
         ref = fresh.actor.crash_report.remote(slot.token)  # also removes the old runner's files
         slot.actor, slot.token, slot.job, slot.ready = fresh.actor, fresh.token, None, False
         try:

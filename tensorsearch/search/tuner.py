@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import os
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -106,12 +107,15 @@ class TuneInputError(TuneError, ValueError):
 
 def check_runs_here(hw: Hardware, address: str | None) -> None:
     """TuneError, before anything starts, when the candidates are to be measured on this machine
-    (no cluster address) and this CPU cannot run code built for ``hw``, or ``hw`` is a GPU."""
+    (no cluster address) and this CPU cannot run code built for ``hw`` (or ``hw`` is a GPU and this
+    machine has no NVIDIA driver)."""
     if hw.kind == "gpu":
-        raise TuneInputError(
-            f"tune: hardware {hw.name} is a GPU, and the tuner measures on CPUs only for now; "
-            "experiments/gpu_ops.py samples the GPU design space and times its kernels on a GPU"
-        )
+        if address is None and shutil.which("nvidia-smi") is None:
+            raise TuneInputError(
+                f"tune: hardware {hw.name} is a GPU and this machine has no NVIDIA driver (no nvidia-smi); "
+                "measure on GPU nodes: --address of their Ray cluster"
+            )
+        return
     if address is None and not hw.runs_here:
         missing = hw.missing_here()
         lacks = (
