@@ -291,3 +291,19 @@ def test_resnet_conv_samples_build_with_mma(hw):
     mod = ts.build(cand.func, hw)
     assert "wmma.mma.sync" in cg.compile_cuda(mod.source, hw, "ptx").decode()
     assert "store_matrix_sync((&conv2d_nhwc_reindex_shared[" in mod.source  # out through shared memory
+
+
+def test_the_gpu_search_mutates_the_tile_and_thread_choices():
+    from tensorsearch.search.evolutionary import SearchConfig
+    from tensorsearch.search.mutator import MutateSplitChoice
+
+    space = DesignSpace(gemm_func(1024), SM90)
+    cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
+    mutator = MutateSplitChoice()
+    choices = mutator.candidates(cand.design_trace)
+    assert [dict(i.args)["candidates"] for i in choices] == [[1, 2, 4]] * 5  # warps, tiles of i and j; k steps
+    children = [space.replay(mutator.apply(cand.design_trace, random.Random(s))) for s in range(6)]
+    changed = [c for c in children if c is not None and c.key != cand.key]
+    assert len(changed) >= 3
+    assert [m.name for m, _ in SearchConfig().mutators("gpu")] == ["MutateSplitChoice"]
+    assert "MutateSplitChoice" not in [m.name for m, _ in SearchConfig().mutators("cpu")]

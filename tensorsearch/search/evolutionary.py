@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from .mutator import Mutator, default_mutators
+from .mutator import Mutator, default_mutators, gpu_mutators
 from .space import Candidate, DesignSpace
 
 
@@ -82,10 +82,15 @@ class SearchConfig:
             raise ValueError(f"SearchConfig has no parameter {', '.join(sorted(unknown))}; its parameters are: {known}")
         return replace(self, **changes)
 
-    def mutators(self) -> list[tuple[Mutator, float]]:
+    def mutators(self, kind: str = "cpu") -> list[tuple[Mutator, float]]:
+        """The mutators and their probabilities; for a GPU design space (``kind="gpu"``) with the
+        default probabilities, :func:`.mutator.gpu_mutators`."""
         by_name = {m.name: m for m in default_mutators()}
+        probs = self.mutator_probs
+        if kind == "gpu" and probs == SearchConfig().mutator_probs:
+            probs = tuple((m.name, p) for m, p in gpu_mutators().items())
         out = []
-        for name, p in self.mutator_probs:
+        for name, p in probs:
             if name not in by_name:
                 raise ValueError(
                     f"SearchConfig.mutator_probs names no mutator {name!r}; the mutators are: {', '.join(by_name)}"
@@ -120,7 +125,7 @@ class EvolutionarySearch:
         self.config = config
         self.rng = random.Random(seed)
         self.evaluator = evaluator
-        self.mutators = config.mutators()
+        self.mutators = config.mutators(space.hardware.kind)
 
     # ---------------------------------------------------------------------------------
     def _fresh(self, n: int, exclude: set[str], stats: RoundStats) -> list[Candidate]:

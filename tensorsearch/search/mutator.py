@@ -11,7 +11,10 @@ A mutant is the design trace with one decision replaced (``Trace.with_decision``
 * ``MutateComputeLocation``: another loop for one ``sample_compute_location``
   (the primitive falls back to the nearest legal loop);
 * ``MutateUnroll`` / ``MutateParallel``: another value of the ``sample_categorical`` whose
-  result is the root block's unroll step / parallel extent annotation.
+  result is the root block's unroll step / parallel extent annotation;
+* ``MutateSplitChoice``: another value of a ``sample_categorical`` whose result is a split
+  factor: the GPU rules' warps, warp tiles and k steps and AutoBind's threads per block (what
+  TVM's MutateTileSize and MutateThreadBinding change on a GPU). The GPU search's only mutator.
 """
 
 from __future__ import annotations
@@ -122,6 +125,39 @@ class MutateParallel(_MutateAnnotationChoice):
     key = PARALLEL
 
 
+class MutateSplitChoice(Mutator):
+    name = "MutateSplitChoice"
+
+    def candidates(self, trace: Trace) -> list[Instruction]:
+        factors: set[int] = set()
+        for inst in trace.insts:
+            if inst.kind.name == "split":
+                factors.update(id(f) for f in dict(inst.args).get("factors", ()) if f is not None)
+        return [
+            i
+            for i in trace.insts
+            if i.kind.name == "sample_categorical"
+            and i.outputs
+            and id(i.outputs[0]) in factors
+            and len(dict(i.args)["candidates"]) > 1
+        ]
+
+    def mutate(self, inst: Instruction, rng: random.Random) -> int:
+        n = len(dict(inst.args)["candidates"])
+        return rng.choice([d for d in range(n) if d != inst.decision])
+
+
 def default_mutators() -> dict[Mutator, float]:
-    """TVM's CPU mutators and probabilities."""
-    return {MutateTileSize(): 0.9, MutateComputeLocation(): 0.05, MutateUnroll(): 0.03, MutateParallel(): 0.02}
+    """TVM's CPU mutators and probabilities (and the GPU search's, at 0 here: :func:`gpu_mutators`)."""
+    return {
+        MutateTileSize(): 0.9,
+        MutateComputeLocation(): 0.05,
+        MutateUnroll(): 0.03,
+        MutateParallel(): 0.02,
+        MutateSplitChoice(): 0.0,
+    }
+
+
+def gpu_mutators() -> dict[Mutator, float]:
+    """The mutators of a GPU design space (its tile and thread choices are categorical)."""
+    return {MutateSplitChoice(): 1.0}
