@@ -149,7 +149,7 @@ def test_a_shared_copy_computed_under_the_warps_covers_every_warps_rows():
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
 def test_design_space_samples_compute_the_gemm(hw):
     space = DesignSpace(gemm_func(64), hw)
-    assert [r.name for r in space.rules] == ["MultiLevelTilingTensorCore", "AutoBind"]
+    assert [r.name for r in space.rules] == ["MultiLevelTilingTensorCore", "MultiLevelTilingGPU", "AutoInline", "AutoBind"]
     rng, checked = random.Random(0), 0
     for seed in range(40):
         cand = space.sample(rng)
@@ -307,3 +307,36 @@ def test_the_gpu_search_mutates_the_tile_and_thread_choices():
     assert len(changed) >= 3
     assert [m.name for m, _ in SearchConfig().mutators("gpu")] == ["MutateSplitChoice"]
     assert "MutateSplitChoice" not in [m.name for m, _ in SearchConfig().mutators("cpu")]
+
+
+# ---------------------------------------------------------------------------------------------
+# without tensor cores: MultiLevelTilingGPU (float32, or float16 shapes no 16x16 tile divides)
+
+
+@pytest.mark.parametrize("op,args,dtype", [("GMM", (1, 64, 64, 64), "float32"), ("GMM", (1, 40, 40, 40), "float16")])
+def test_gpu_tiling_without_tensor_cores_computes_the_operator(op, args, dtype):
+    wl = ts.workloads.make(op, args, dtype)
+    space = DesignSpace(wl.func, SM86)
+    text = space.traces[0].as_python()
+    assert "tensorize" not in text and "'threadIdx.x'" in text and "cache_write" in text
+    rng, checked = random.Random(0), 0
+    for _ in range(20):
+        cand = space.sample(rng)
+        if cand is None:
+            continue
+        inputs = wl.make_inputs(checked)
+        outs = [np.full(o.shape, np.nan, o.dtype) for o in wl.reference(*inputs)]
+        interpret(cand.func, *inputs, *outs)
+        wl.check(outs, wl.reference(*inputs))
+        checked += 1
+        if checked == 2:
+            break
+    assert checked == 2
+
+
+@needs_nvcc
+def test_gpu_tiling_without_tensor_cores_builds():
+    space = DesignSpace(ts.workloads.make("GMM", (1, 512, 512, 512), "float32").func, SM90)
+    cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
+    mod = ts.build(cand.func, SM90)
+    assert "__shared__ __align__(32) float X_shared[" in mod.source and "Z_local[" in mod.source

@@ -302,22 +302,23 @@ class _Printer:
         )
 
     def vector_copy(self, s: BufferStore) -> str:
-        """A contiguous vector copy (``B[ramp] = A[ramp]``, as a vectorized cooperative fetch makes it)
-        as one 32-, 64- or 128-bit access each side: ``*(uint4*)(&B[i]) = *(const uint4*)(&A[j]);``."""
+        """A vector copy (``B[ramp] = A[ramp]``, as a vectorized cooperative fetch makes it): when both
+        sides are contiguous and 32, 64 or 128 bits, one access each side
+        (``*(uint4*)(&B[i]) = *(const uint4*)(&A[j]);``), else one statement an element."""
         (idx,) = s.indices
         value = s.value
         bits = s.value.dtype.lanes * s.value.dtype.bits
         word = {32: "unsigned int", 64: "uint2", 128: "uint4"}.get(bits)
-        if not (
-            word
-            and _unit_ramp(idx)
-            and isinstance(value, BufferLoad)
-            and _unit_ramp(value.indices[0])
-            and value.buffer.dtype == s.buffer.dtype
-        ):
+        copy = isinstance(value, BufferLoad) and isinstance(value.indices[0], Ramp) and isinstance(idx, Ramp)
+        if copy and not (word and _unit_ramp(idx) and _unit_ramp(value.indices[0])):
+            return " ".join(  # a strided copy: one element a statement
+                f"{self.buffer(s.buffer)}[{self.expr(simplify_expr(idx.base + idx.stride * k))}] = "
+                f"{self.buffer(value.buffer)}[{self.expr(simplify_expr(value.indices[0].base + value.indices[0].stride * k))}];"
+                for k in range(idx.lanes)
+            )
+        if not (copy and value.buffer.dtype == s.buffer.dtype):
             raise CudaCodegenError(
-                f"vector store to {s.buffer.name}: the CUDA generator emits contiguous copies of 32, 64 or "
-                "128 bits only"
+                f"vector store to {s.buffer.name}: the CUDA generator emits copies (B[ramp] = A[ramp]) only"
             )
         dst = f"{self.buffer(s.buffer)}[{self.expr(idx.base)}]"
         src = f"{self.buffer(value.buffer)}[{self.expr(value.indices[0].base)}]"

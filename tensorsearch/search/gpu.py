@@ -23,6 +23,11 @@ Rules (TVM MetaSchedule's names; the default for a ``kind: gpu`` descriptor, in 
   Each of fill, load, mma and store is one intrinsic of the unit, tensorized on a fragment buffer
   (``wmma.accumulator``, ``wmma.matrix_a``, ``wmma.matrix_b``) and checked against its semantics.
   A block the unit does not fit (dtypes, layout, extents) is left to the next rule.
+* ``MultiLevelTilingGPU``: a reduction no unit computes (float32; float16 shapes no 16x16 tile
+  divides) is tiled ``SSRSRS`` over thread blocks and threads, with a ``local`` write cache and
+  ``shared`` read caches (its docstring shows the IR);
+* ``AutoInline`` (``disallow_select=False``): a padding or elementwise producer is inlined where
+  it is read, since a GPU program here is one kernel;
 * ``AutoBind``: a block with no thread binding yet has its outer spatial loops fused and split
   over ``blockIdx.x`` x ``threadIdx.x`` (threads per block sampled from 32..1024), so every
   program runs on the GPU, fast or not.
@@ -39,7 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir import IntImm
+from ..ir import BufferLoad, BufferStore, IntImm
 from ..schedule import BlockRV, Schedule, ScheduleError
 from ..target import Hardware, IntrinsicSet, Unit
 from .space import ScheduleRule, _extent, _is_reduction, _iter_kinds, _trivially_bound
@@ -262,8 +267,7 @@ class MultiLevelTilingTensorCore(ScheduleRule):
             sch.tensorize(_tile_16x16(sch, frag), dict(unit.loads)[name])
         for cache in shared:
             sch.compute_at(cache, k0)
-            above = next(n for n, lp in enumerate(sch.get_loops(cache)) if sch.get(lp) is sch.get(k0)) + 1
-            sch.annotate(cache, COOPERATIVE_FETCH, len(sch.get_loops(cache)) - above)  # the copy's own loops
+            sch.annotate(cache, COOPERATIVE_FETCH, 1)
         sch.reverse_compute_at(store, warp)
         if copy_out is None:
             sch.tensorize(_tile_16x16(sch, store), unit.store)
@@ -275,6 +279,74 @@ class MultiLevelTilingTensorCore(ScheduleRule):
         fused = sch.fuse(*loops[below:])  # the warp's tile, copied by its lanes
         _, lanes = sch.split(fused, [None, self.hardware.gpu.warp_size])
         sch.bind(lanes, "threadIdx.x")
+
+
+class MultiLevelTilingGPU(ScheduleRule):
+    """Tile a reduction no tensor-core unit computes ``SSRSRS`` for a GPU (TVM's GPU structure
+    without virtual threads): each spatial loop split in 4 by ``sample_perfect_tile`` (thread
+    block, thread, then two levels a thread runs), each reduction loop in 2; the first spatial
+    level fused and bound to ``blockIdx.x``, the second to ``threadIdx.x``; a ``local`` write cache
+    per thread; the inputs staged through ``shared`` memory per outer reduction step (cooperative
+    fetch). Before (GEMM)::
+
+        for b, i, j, k in T.grid(1, 1024, 1024, 1024):  Z[b, i, j] += X[b, i, k] * Y[b, k, j]
+
+    After::
+
+        for bx in T.thread_binding(I0 * J0, "blockIdx.x"):
+          for tx in T.thread_binding(I1 * J1, "threadIdx.x"):
+            for k0:
+              X_shared, Y_shared = X[...], Y[...]          # all threads of the block
+              for k1, i2, j2, ..., i3, j3: Z_local[...] += X_shared[...] * Y_shared[...]
+            Z[...] = Z_local[...]
+    """
+
+    name = "MultiLevelTilingGPU"
+    params = {"max_innermost_factor": 4, "max_reduction_step": 16}
+
+    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
+        blk = sch.get(block)
+        if not _is_reduction(sch, block) or not _trivially_bound(sch, block) or blk.annotations:
+            return [sch]
+        if any(sch.get(lp).thread_binding for lp in sch.get_loops(block)):
+            return [sch]  # a rule before this one bound it (the tensor cores)
+        fork = sch.copy()
+        try:
+            self._tile(fork, block)
+        except ScheduleError:
+            return [sch]
+        return [fork]
+
+    def _tile(self, sch: Schedule, block: BlockRV) -> None:
+        kinds = _iter_kinds(sch, block)
+        spatial: list[list[Any]] = [[], [], [], []]
+        reduce: list[list[Any]] = [[], []]
+        units = []
+        for loop in sch.get_loops(block):
+            if _extent(sch, loop) == 1:
+                units.append(loop)
+            elif kinds.get(sch.get(loop).loop_var) == "R":
+                step = self.config["max_reduction_step"]
+                for level, part in zip(reduce, sch.split(loop, sch.sample_perfect_tile(loop, 2, step)), strict=True):
+                    level.append(part)
+            else:
+                inner = self.config["max_innermost_factor"]
+                for level, part in zip(spatial, sch.split(loop, sch.sample_perfect_tile(loop, 4, inner)), strict=True):
+                    level.append(part)
+        if not spatial[0] or not reduce[0]:
+            raise ScheduleError("nothing to tile")
+        sch.reorder(*units, *spatial[0], *spatial[1], *reduce[0], *spatial[2], *reduce[1], *spatial[3])
+        sch.bind(sch.fuse(*units, *spatial[0]), "blockIdx.x")
+        thread = sch.fuse(*spatial[1])
+        sch.bind(thread, "threadIdx.x")
+        out = sch.get(block).writes[0].buffer
+        reads = [n for n, r in enumerate(sch.get(block).reads) if r.buffer is not out]
+        sch.reverse_compute_at(sch.cache_write(block, 0, "local"), thread)
+        for index in reads:
+            cache = sch.cache_read(block, index, "shared")
+            sch.compute_at(cache, reduce[0][-1])
+            sch.annotate(cache, COOPERATIVE_FETCH, 1)
+        sch.annotate(block, "meta_schedule.tiling_structure", "SSRSRS")
 
 
 class AutoBind(ScheduleRule):
@@ -318,14 +390,32 @@ class AutoBind(ScheduleRule):
 # postprocessors
 
 
-def _thread_extent(sch: Schedule, tag: str) -> int:
+def _own_loops(sch: Schedule, block: BlockRV) -> list[Any]:
+    """The innermost loops around ``block`` that hold nothing else: the copy's own loop nest
+    (how many there are depends on the sampled tile sizes: a unit region gets no loop)."""
+    from ..ir import BlockRealize
+    from ..schedule.tree import walk_nodes
+
+    name = sch.get(block).name
+    own = []
+    for loop in reversed(sch.get_loops(block)):
+        node = sch.get(loop)
+        names = {n.block.name for n in walk_nodes(node.body) if isinstance(n, BlockRealize)}
+        if names != {name} or node.thread_binding:
+            break
+        own.insert(0, loop)
+    return own
+
+
+def _thread_extent(sch: Schedule, tag: str) -> int | None:
+    """The extent of the loops bound to ``tag`` (None: no loop is)."""
     from ..ir import For
     from ..schedule.tree import walk_nodes
 
     for node in walk_nodes(sch.func.body):
         if isinstance(node, For) and node.thread_binding == tag and isinstance(node.extent, IntImm):
             return node.extent.value
-    return 1
+    return None
 
 
 class RewriteCooperativeFetch:
@@ -340,26 +430,34 @@ class RewriteCooperativeFetch:
     def apply(self, sch: Schedule) -> bool:
         from .postproc import _blocks
 
-        warps = _thread_extent(sch, "threadIdx.y")
+        warps = _thread_extent(sch, "threadIdx.y") or 1
+        lanes = _thread_extent(sch, "threadIdx.x") or self.warp_size  # WMMA kernels: one warp per unit
         for block in list(_blocks(sch)):
             if COOPERATIVE_FETCH not in dict(sch.get(block).annotations):
                 continue
-            copy_loops = sch.get_loops(block)[-int(dict(sch.get(block).annotations)[COOPERATIVE_FETCH]) :]
-            threads = warps * self.warp_size
+            copy_loops = _own_loops(sch, block)
+            if not copy_loops:
+                sch.unannotate(block, COOPERATIVE_FETCH)
+                continue
+            threads = warps * lanes
             total = 1
             for loop in copy_loops:
                 total *= _extent(sch, loop)
             if total % threads:
                 return False  # the copy does not divide among the threads
             bits = sch.get(block).writes[0].buffer.dtype.bits
-            lanes = self._lanes(bits, total // threads, _extent(sch, copy_loops[-1]))
+            plain = isinstance(sch.get(block).body, BufferStore) and isinstance(sch.get(block).body.value, BufferLoad)
+            width = self._vector_width(bits, total // threads, _extent(sch, copy_loops[-1])) if plain else 1
             vec = None
-            if lanes > 1:  # each thread copies whole vectors of one row: split the row first
-                col, vec = sch.split(copy_loops[-1], [None, lanes])
+            if width > 1:  # each thread copies whole vectors of one row: split the row first
+                col, vec = sch.split(copy_loops[-1], [None, width])
                 copy_loops = [*copy_loops[:-1], col]
             fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-            _, ty, tx = sch.split(fused, [None, warps, self.warp_size])
-            sch.bind(ty, "threadIdx.y")
+            if warps > 1:
+                _, ty, tx = sch.split(fused, [None, warps, lanes])
+                sch.bind(ty, "threadIdx.y")
+            else:
+                _, tx = sch.split(fused, [None, lanes])
             sch.bind(tx, "threadIdx.x")
             if vec is not None:
                 sch.vectorize(vec)
@@ -367,7 +465,7 @@ class RewriteCooperativeFetch:
         return True
 
     @staticmethod
-    def _lanes(bits: int, per_thread: int, row: int) -> int:
+    def _vector_width(bits: int, per_thread: int, row: int) -> int:
         """Elements per thread and access: the widest of 128, 64 and 32 bits that divides each
         thread's share and the copy's rows (so every vector stays inside one row)."""
         for width in (128, 64, 32):
@@ -440,7 +538,15 @@ def gpu_limits_error(func: Any, hw: Hardware) -> str | None:
 
 
 def gpu_rules_for(hardware: Hardware) -> list[ScheduleRule]:
-    return [MultiLevelTilingTensorCore(hardware=hardware), AutoBind(max_threads=hardware.gpu.max_threads_per_block)]
+    """The rules of a GPU design space, in order (module doc)."""
+    from .space import AutoInline
+
+    return [
+        MultiLevelTilingTensorCore(hardware=hardware),
+        MultiLevelTilingGPU(),
+        AutoInline(disallow_select=False),  # one kernel: a padding stage is computed where it is read
+        AutoBind(max_threads=hardware.gpu.max_threads_per_block),
+    ]
 
 
 def gpu_postprocs_for(hardware: Hardware) -> list[Any]:
