@@ -149,7 +149,12 @@ def test_a_shared_copy_computed_under_the_warps_covers_every_warps_rows():
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
 def test_design_space_samples_compute_the_gemm(hw):
     space = DesignSpace(gemm_func(64), hw)
-    assert [r.name for r in space.rules] == ["MultiLevelTilingTensorCore", "MultiLevelTilingGPU", "AutoInline", "AutoBind"]
+    assert [r.name for r in space.rules] == [
+        "MultiLevelTilingTensorCore",
+        "MultiLevelTilingGPU",
+        "AutoInline",
+        "AutoBind",
+    ]
     rng, checked = random.Random(0), 0
     for seed in range(40):
         cand = space.sample(rng)

@@ -4,11 +4,11 @@ recorded as failed and the batch goes on. One Ray session (an embedded local clu
 import json
 import math
 import os
-import shutil
 import subprocess
 import sys
 
 import pytest
+from cuda_util import gpu_missing, needs_nvcc
 
 from tensorsearch import workloads
 from tensorsearch.schedule import Schedule
@@ -191,29 +191,19 @@ with Measurer(wl.func, "nvidia-sm86", workload=wl) as m:
 """
 
 
-@pytest.mark.skipif(not shutil.which("nvcc") and not os.access("/usr/local/cuda/bin/nvcc", os.X_OK), reason="no nvcc")
+@needs_nvcc
 def test_gpu_candidates_are_built_in_tasks_and_run_by_one_runner_per_gpu(tmp_path):
     """A cluster with one (here: declared) GPU: the candidate is built to a cubin in a Ray task
     and sent to the runner that holds the GPU, which loads it as a CUDA module; where it cannot
     run (no pycuda, no device) that is the candidate's one-line error, and nothing raises."""
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PATH": os.environ["PATH"] + ":/usr/local/cuda/bin"}
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     proc = subprocess.run(
         [sys.executable, "-c", GPU_MEASURER], capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     slots, gpu, errors = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (slots, gpu) == (1, True)
-    if gpu_missing_reason() is not None:
+    if gpu_missing() is not None:
         assert errors[0].startswith("run: CudaRuntimeError: running a CUDA module needs "), errors
     else:
         assert errors == [None]
-
-
-def gpu_missing_reason() -> str | None:
-    from tensorsearch.runtime.cuda import CudaRuntimeError, device_compute_capability
-
-    try:
-        device_compute_capability()
-    except CudaRuntimeError as err:
-        return str(err)
-    return None

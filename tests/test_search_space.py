@@ -69,7 +69,12 @@ def test_default_rules_follow_the_descriptor():
     arm = hardware.load("arm-graviton2")
     assert "MultiLevelTilingWithIntrin" in [r.name for r in rules_for(arm)]
     gpu = hardware.load("nvidia-sm86")
-    assert [r.name for r in rules_for(gpu)] == ["MultiLevelTilingTensorCore", "MultiLevelTilingGPU", "AutoInline", "AutoBind"]
+    assert [r.name for r in rules_for(gpu)] == [
+        "MultiLevelTilingTensorCore",
+        "MultiLevelTilingGPU",
+        "AutoInline",
+        "AutoBind",
+    ]
 
 
 def test_gemm_float32_spaces_and_candidates_compute_the_gemm():

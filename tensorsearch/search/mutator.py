@@ -92,15 +92,14 @@ class MutateComputeLocation(Mutator):
         return rng.choice([d for d in range(-1, max(inst.decision + 3, 4)) if d != inst.decision])
 
 
-class _MutateAnnotationChoice(Mutator):
-    key = ""
+class _MutateCategorical(Mutator):
+    """Another value of a ``sample_categorical`` whose result the instructions ``fed`` picks use."""
+
+    def fed(self, trace: Trace) -> set[int]:
+        raise NotImplementedError
 
     def candidates(self, trace: Trace) -> list[Instruction]:
-        feeding: set[int] = set()
-        for inst in trace.insts:
-            args = dict(inst.args)
-            if inst.kind.name == "annotate" and args.get("ann_key") == self.key:
-                feeding.add(id(args.get("ann_val")))
+        feeding = self.fed(trace)
         return [
             i
             for i in trace.insts
@@ -115,6 +114,17 @@ class _MutateAnnotationChoice(Mutator):
         return rng.choice([d for d in range(n) if d != inst.decision])
 
 
+class _MutateAnnotationChoice(_MutateCategorical):
+    key = ""
+
+    def fed(self, trace: Trace) -> set[int]:
+        return {
+            id(dict(i.args).get("ann_val"))
+            for i in trace.insts
+            if i.kind.name == "annotate" and dict(i.args).get("ann_key") == self.key
+        }
+
+
 class MutateUnroll(_MutateAnnotationChoice):
     name = "MutateUnroll"
     key = UNROLL
@@ -125,26 +135,17 @@ class MutateParallel(_MutateAnnotationChoice):
     key = PARALLEL
 
 
-class MutateSplitChoice(Mutator):
+class MutateSplitChoice(_MutateCategorical):
     name = "MutateSplitChoice"
 
-    def candidates(self, trace: Trace) -> list[Instruction]:
-        factors: set[int] = set()
-        for inst in trace.insts:
-            if inst.kind.name == "split":
-                factors.update(id(f) for f in dict(inst.args).get("factors", ()) if f is not None)
-        return [
-            i
+    def fed(self, trace: Trace) -> set[int]:
+        return {
+            id(f)
             for i in trace.insts
-            if i.kind.name == "sample_categorical"
-            and i.outputs
-            and id(i.outputs[0]) in factors
-            and len(dict(i.args)["candidates"]) > 1
-        ]
-
-    def mutate(self, inst: Instruction, rng: random.Random) -> int:
-        n = len(dict(inst.args)["candidates"])
-        return rng.choice([d for d in range(n) if d != inst.decision])
+            if i.kind.name == "split"
+            for f in dict(i.args).get("factors", ())
+            if f is not None
+        }
 
 
 def default_mutators() -> dict[Mutator, float]:
