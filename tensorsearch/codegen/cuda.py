@@ -66,7 +66,6 @@ from ..ir import (
     Min,
     Mod,
     Mul,
-    Mutator,
     Not,
     Or,
     PrimExpr,
@@ -371,7 +370,7 @@ class _Printer:
             (flat,) = address.args[0].indices
             s = _stride_value(stride)
             index = simplify_expr((flat // (rows * s)) * (s // cols) + (flat % s) // cols, self.dom)
-            return f"{self.buffer(address.args[0].buffer)}[{self.expr(_truncating(index))}]"
+            return f"{self.buffer(address.args[0].buffer)}[{self.expr(index)}]"
         if isinstance(e, tuple(_BINOPS)):
             return f"({self.expr(e.a)} {_BINOPS[type(e)]} {self.expr(e.b)})"
         if isinstance(e, (Div, Mod)):
@@ -542,21 +541,6 @@ def _stride_value(e: PrimExpr) -> PrimExpr:
         (a,), (b,) = e.a.args[0].indices, e.b.args[0].indices
         return simplify_expr(a - b)
     return e
-
-
-def _truncating(e: PrimExpr) -> PrimExpr:
-    """``e`` with floor division and modulo printed as C's (the indices here are never negative)."""
-
-    class _C(Mutator):
-        def visit_FloorDiv(self, op: FloorDiv) -> PrimExpr:
-            op = self.generic_visit(op)
-            return Div(op.a, op.b)
-
-        def visit_FloorMod(self, op: FloorMod) -> PrimExpr:
-            op = self.generic_visit(op)
-            return Mod(op.a, op.b)
-
-    return _C().visit(e)
 
 
 def _address_of(e: PrimExpr) -> bool:

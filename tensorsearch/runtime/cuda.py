@@ -8,8 +8,8 @@
     mod.time(a, b, c, number=10, repeat=5)   # seconds per launch, measured with CUDA events
     mod.save("gemm.cubin"); ts.runtime.load_module("gemm.cubin")
 
-Running needs pycuda (the ``cuda`` extra: ``pip install 'tensorsearch[cuda]'``) and a GPU whose
-compute capability is at least the descriptor's; without them a call raises
+Running needs pycuda (the ``cuda`` extra: ``pip install 'tensorsearch[cuda]'``) and a GPU of the
+descriptor's major compute capability (and at least its minor: a cubin runs on no other); without them a call raises
 :class:`CudaRuntimeError` saying which is missing, and everything else (source, cubin, PTX,
 save) still works. The launch uses the extents the kernel's ``blockIdx.*``/``threadIdx.*``
 loops are bound with. Arguments are checked as a CPU module checks them.
@@ -105,6 +105,7 @@ class CudaModule:
             "sm": self.sm,
             "launch": dict(self.kernel.launch),
             "params": [p.to_json() for p in self.params],
+            "registers": self.registers,
         }
 
     @staticmethod
@@ -114,14 +115,17 @@ class CudaModule:
             raise ValueError(f"not a tensorsearch CUDA module description (format {meta.get('format')!r})")
         kernel = cg.CudaKernel(meta["symbol"], source, tuple(sorted(meta["launch"].items())))
         params = [Param.from_json(d) for d in meta["params"]]
-        return CudaModule(meta["name"], params, kernel, cubin, meta["sm"])
+        module = CudaModule(meta["name"], params, kernel, cubin, meta["sm"])
+        module.registers = int(meta.get("registers", 0))
+        return module
 
     # running -----------------------------------------------------------------------------
     def _loaded(self) -> Any:
         if self._function is None:
             drv = _driver()
             have = device_compute_capability()
-            want = tuple(int(c) for c in self.sm.removeprefix("sm_"))
+            digits = self.sm.removeprefix("sm_")
+            want = (int(digits[:-1]), int(digits[-1]))
             if have[0] != want[0] or have[1] < want[1]:  # a cubin runs on its major version's later minors only
                 raise CudaRuntimeError(
                     f"module {self.name} was built for {self.sm} and cannot run on this GPU "
