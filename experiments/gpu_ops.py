@@ -1,12 +1,13 @@
 """float16 operators on the GPU: tensorsearch's kernels against cuBLAS, measured in the same run.
 
-    python experiments/gpu_ops.py --out results/gpu [--ops GMM:1,4096,4096,4096 C2D:1,56,56,64,64,3,1,1]
-                                  [--trials 128] [--hardware nvidia-sm90]
+    python experiments/gpu_ops.py [--ops GMM:1,4096,4096,4096 C2D:1,56,56,64,64,3,1,1]
+                                  [--trials 128] [--hardware nvidia-sm90] [--out DIR | --update-tracked]
 
 For each operator: samples ``--trials`` distinct candidates of the GPU design space (sampled and
 built with nvcc in parallel processes), checks each once against the workload's numpy reference
 on random inputs, times each with CUDA events, and writes gpu_ops.csv, gpu_ops.md and the best
-kernel's CUDA C (gpu_best_<op>.cu) to --out. The reference is cuBLAS (cublasGemmEx, float16
+kernel's CUDA C (gpu_best_<op>.cu) to the out dir (``experiments/outputs.py``: default
+results/gpu_ops/, git-ignored). The reference is cuBLAS (cublasGemmEx, float16
 inputs, float32 accumulation) on the operator's GEMM shape: M x N the output (N its last
 dimension), K the reduction (a convolution's implicit GEMM, without the im2col). GMM also gets
 two hand schedules of whole-reduction unit tiles. Needs a GPU, pycuda and nvcc: run it through
@@ -28,6 +29,8 @@ from concurrent.futures import ProcessPoolExecutor
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import outputs  # experiments/outputs.py
 
 import tensorsearch as ts
 from tensorsearch.runtime.cuda import build_cuda
@@ -152,14 +155,15 @@ def measure(op: str, args: tuple, hw, trials: int, seed: int, blas, out_dir: str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", required=True)
     ap.add_argument("--ops", nargs="+", default=["GMM:1,4096,4096,4096", "C2D:1,56,56,64,64,3,1,1"])
     ap.add_argument("--trials", type=int, default=128, help="design-space candidates to measure per operator")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--hardware", default="nvidia-sm90", help="the GPU's descriptor (default: H100/H200)")
+    outputs.add_arguments(ap, "gpu_ops")
     args = ap.parse_args()
+    dest = outputs.outputs(args, "gpu_ops")
     warnings.simplefilter("ignore")
-    os.makedirs(args.out, exist_ok=True)
+    dest.out.mkdir(parents=True, exist_ok=True)
     hw = ts.hardware.load(args.hardware)
     from cublas import Cublas  # experiments/cublas.py
 
@@ -167,8 +171,9 @@ def main() -> None:
     rows: list[dict] = []
     for spec in args.ops:
         op, _, shape = spec.partition(":")
-        rows += measure(op, tuple(int(x) for x in shape.split(",")), hw, args.trials, args.seed, blas, args.out)
-    _write(args.out, rows, hw)
+        rows += measure(op, tuple(int(x) for x in shape.split(",")), hw, args.trials, args.seed, blas, str(dest.out))
+    _write(str(dest.out), rows, hw)
+    dest.wrote(["gpu_ops.csv", "gpu_ops.md"] + [f"gpu_best_{s.partition(':')[0]}.cu" for s in args.ops])
 
 
 def _write(out: str, rows: list[dict], hw) -> None:

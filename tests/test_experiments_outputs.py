@@ -20,7 +20,7 @@ EXPERIMENTS = ROOT / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 import outputs  # noqa: E402
 
-SCRIPTS = ["bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "e2e_untuned", "tune_ops", "vs_tvm"]
+SCRIPTS = ["bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "e2e_untuned", "gpu_ops", "tune_ops", "vs_tvm"]
 
 
 def test_default_out_dirs_are_git_ignored():
