@@ -345,3 +345,16 @@ def test_gpu_tiling_without_tensor_cores_builds():
     cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
     mod = ts.build(cand.func, SM90)
     assert "__shared__ __align__(32) float X_shared[" in mod.source and "Z_local[" in mod.source
+
+
+def test_gpu_tiling_of_a_float32_convolution_computes_it():
+    """The shared fetch of a sliding window binds threads whose rows overlap (a halo): allowed for
+    a pure copy, so a sample is invalid only where a copy does not divide among the threads."""
+    wl = ts.workloads.make("C2D", (1, 8, 8, 16, 16, 3, 1, 1), "float32")
+    space = DesignSpace(wl.func, SM86)
+    valid = [c for c in (space.sample(random.Random(s)) for s in range(8)) if c is not None]
+    assert len(valid) >= 6
+    inputs = wl.make_inputs(4)
+    outs = [np.full(o.shape, np.nan, o.dtype) for o in wl.reference(*inputs)]
+    interpret(valid[0].func, *inputs, *outs)
+    wl.check(outs, wl.reference(*inputs))

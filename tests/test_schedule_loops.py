@@ -654,16 +654,18 @@ def test_loop_kind_opaque_and_not_affine_errors():
     _fails(sch, lambda: sch.parallel(i), LoopKindError, "cannot parallelize loop i: block B's opaque iterator vi")
     sch.vectorize(j)  # vj is spatial
     sch2, (ni, nj) = _sch(NOT_AFFINE, "B")
-    _fails(sch2, lambda: sch2.bind(ni, "blockIdx.x"), NotAffineBinding, "cannot bind loop i to blockIdx.x")
     _fails(sch2, lambda: sch2.vectorize(nj), NotAffineBinding, "cannot vectorize loop j: .*block B")
     sch2.unroll(ni)  # unrolling has no requirement
     sch3, (ri, _) = _sch(NOT_AFFINE_ACCUMULATE, "B")
     _fails(sch3, lambda: sch3.parallel(ri), NotAffineBinding, "cannot parallelize loop i: .*block B")
+    _fails(sch3, lambda: sch3.bind(ri, "blockIdx.x"), NotAffineBinding, "cannot bind loop i to blockIdx.x")
 
 
 def test_parallel_takes_a_pure_spatial_block_with_overlapping_bindings():
     # B writes each point from A alone: two threads writing one point write the same value
     sch, (i, _) = _sch(NOT_AFFINE, "B")
+    bound = sch.copy()
+    bound.bind(bound.get_loops(bound.get_block("B"))[0], "blockIdx.x")  # on a GPU too (a sliding-window fetch)
     sch.parallel(i)
     a = np.random.default_rng(3).standard_normal((16, 16)).astype("float32")
     b = np.zeros((16, 16), "float32")

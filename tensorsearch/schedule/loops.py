@@ -629,9 +629,10 @@ class LoopPrimitives(ScheduleState):
 
     def _check_parallelizable(self, loc: Located, what: str, thread: str | None, kind: ForKind) -> None:
         """Every block under the loop has affine bindings and binds the loop to spatial iterators
-        only. ``parallel`` also takes a block of spatial iterators only whose bindings overlap (a
-        padded or packed copy ``compute_at`` a tile, which re-reads a halo): two threads then
-        write the same value to the same element, as TVM allows."""
+        only. ``parallel`` and ``bind`` also take a block of spatial iterators only whose bindings
+        overlap (a padded or packed copy ``compute_at`` a tile, which re-reads a halo; a GPU's
+        shared-memory fetch of a convolution's sliding window): two threads then write the same
+        value to the same element, as TVM allows."""
         node: For = loc.node
         var = node.loop_var
         for rloc in _realizes(node, loc.path[:-1], nested=True):
@@ -639,7 +640,7 @@ class LoopPrimitives(ScheduleState):
             assert isinstance(realize, BlockRealize)
             block = realize.block
             err = affine_binding_error(realize, _dom(loops_above(rloc.path)))
-            if err is not None and not (kind == ForKind.PARALLEL and _spatial_only(block)):
+            if err is not None and not (kind in (ForKind.PARALLEL, ForKind.THREAD_BINDING) and _spatial_only(block)):
                 raise NotAffineBinding(
                     f"cannot {what}: {err}; the blocks under the loop must have affine bindings",
                     block=block.name,

@@ -41,6 +41,7 @@ the descriptor's ``gpu:`` limits is rejected before it is built.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -460,7 +461,8 @@ class RewriteCooperativeFetch:
                 _, tx = sch.split(fused, [None, lanes])
             sch.bind(tx, "threadIdx.x")
             if vec is not None:
-                sch.vectorize(vec)
+                with contextlib.suppress(ScheduleError):  # bindings the vectorizer refuses: the loop stays serial
+                    sch.vectorize(vec)
             sch.unannotate(block, COOPERATIVE_FETCH)
         return True
 
