@@ -34,7 +34,8 @@ Rules (TVM MetaSchedule's names; the default for a ``kind: gpu`` descriptor, in 
 
 Postprocessors: ``DisallowDynamicLoop``; ``RewriteCooperativeFetch`` (the shared-memory copies
 the tiling marked are fused and split over the thread block's ``threadIdx.y`` x ``threadIdx.x``
-threads, once the sampled warp count is known); ``VerifyGPUCode`` (TVM's name): a candidate whose
+threads, once the sampled warp count is known; a copy that does not divide among them gets a
+guarded last round); ``VerifyGPUCode`` (TVM's name): a candidate whose
 thread block needs more threads, shared memory or registers (estimated from its fragments) than
 the descriptor's ``gpu:`` limits is rejected before it is built.
 """
@@ -444,11 +445,11 @@ class RewriteCooperativeFetch:
             total = 1
             for loop in copy_loops:
                 total *= _extent(sch, loop)
-            if total % threads:
-                return False  # the copy does not divide among the threads
             bits = sch.get(block).writes[0].buffer.dtype.bits
             plain = isinstance(sch.get(block).body, BufferStore) and isinstance(sch.get(block).body.value, BufferLoad)
-            width = self._vector_width(bits, total // threads, _extent(sch, copy_loops[-1])) if plain else 1
+            width = 1
+            if plain and total % threads == 0:  # else the last round is guarded: elements one at a time
+                width = self._vector_width(bits, total // threads, _extent(sch, copy_loops[-1]))
             vec = None
             if width > 1:  # each thread copies whole vectors of one row: split the row first
                 col, vec = sch.split(copy_loops[-1], [None, width])
