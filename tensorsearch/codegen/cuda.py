@@ -85,7 +85,17 @@ from ..lower import flatten_buffers, lower_blocks, lower_init, simplify
 from ..lower.common import LoweringError
 from ..lower.compact import compact_gpu_buffers
 from ..lower.vectorize import vectorize_loops
-from ..schedule.units import INTRINSIC_ATTR, MEMORY_SCOPES, UNIT_ATTR, UnitError, const_value, find_unit, unit_statement
+from ..schedule.units import (
+    INTRINSIC_ATTR,
+    MEMORY_SCOPES,
+    UNIT_ATTR,
+    UnitError,
+    address_of,
+    const_value,
+    find_unit,
+    row_stride,
+    unit_statement,
+)
 from ..target import Hardware, Intrinsic, resolve
 from ..target.intrinsics import CudaImpl, cuda_unverified_reason, warn_not_verified
 
@@ -184,15 +194,15 @@ def _intrinsic_block(block: Block, ref: str, target: Hardware) -> Block:
         stride = _row_stride(region, first)
         # the region's last element too: compact_gpu_buffers sizes the buffer from the accesses it sees
         last = BufferLoad(region.buffer, tuple(r.min + r.extent - 1 for r in region.region))
-        args += [StringImm(f"{op.name}.last"), _address(last)]
+        args += [StringImm(f"{op.name}.last"), address_of(last)]
         if op.scope in MEMORY_SCOPES:
-            args += [StringImm(op.name), _address(first), StringImm(op.name + ".stride"), stride]
+            args += [StringImm(op.name), address_of(first), StringImm(op.name + ".stride"), stride]
         else:
             rows, cols = (op.shape[-2], op.shape[-1]) if len(op.shape) > 1 else (1, op.shape[-1])
             tile = Call(
                 DataType("int", 32),
                 "cuda.fragment",
-                (_address(first), stride, IntImm(DataType("int", 32), rows), IntImm(DataType("int", 32), cols)),
+                (address_of(first), stride, IntImm(DataType("int", 32), rows), IntImm(DataType("int", 32), cols)),
             )
             args += [StringImm(op.name), tile]
     warn_not_verified(intr, cuda_unverified_reason(), stacklevel=3)
@@ -201,19 +211,13 @@ def _intrinsic_block(block: Block, ref: str, target: Hardware) -> Block:
     return replace(block, body=body, annotations=rest)
 
 
-def _address(load: BufferLoad) -> PrimExpr:
-    return Call(DataType("handle", 64), "address_of", (load,))
-
-
 def _row_stride(region: Any, first: BufferLoad) -> PrimExpr:
     """The distance of the region's second row from its first, as two addresses (the printer folds
     it to the number the buffer's final, compacted layout gives)."""
     wide = [k for k, r in enumerate(region.region) if const_value(r.extent) != 1]
     if len(wide) < 2:
         return IntImm(DataType("int", 32), 1)
-    row = list(first.indices)
-    row[wide[-2]] = row[wide[-2]] + 1
-    return Sub(_address(BufferLoad(first.buffer, tuple(row))), _address(first))
+    return row_stride(first, wide[-2])
 
 
 def lower_gpu_blocks(func: PrimFunc) -> PrimFunc:
@@ -363,7 +367,7 @@ class _Printer:
             return v
         if isinstance(e, Var):
             return self.name(e, e.name)
-        if isinstance(e, Sub) and _address_of(e.a) and _address_of(e.b):  # a row stride (units.py)
+        if isinstance(e, Sub) and _is_address(e.a) and _is_address(e.b):  # a row stride (units.py)
             return self.expr(_stride_value(e))
         if isinstance(e, Call) and e.op == "cuda.fragment":  # the fragment of a tile: frag[index]
             address, stride, rows, cols = e.args
@@ -537,13 +541,13 @@ def _unit_ramp(e: PrimExpr) -> bool:
 
 
 def _stride_value(e: PrimExpr) -> PrimExpr:
-    if isinstance(e, Sub) and _address_of(e.a) and _address_of(e.b):
+    if isinstance(e, Sub) and _is_address(e.a) and _is_address(e.b):
         (a,), (b,) = e.a.args[0].indices, e.b.args[0].indices
         return simplify_expr(a - b)
     return e
 
 
-def _address_of(e: PrimExpr) -> bool:
+def _is_address(e: PrimExpr) -> bool:
     return isinstance(e, Call) and e.op == "address_of" and isinstance(e.args[0], BufferLoad)
 
 

@@ -138,10 +138,10 @@ class CudaModule:
         return self._function[1]
 
     def _upload(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
-        """Device copies of the array arguments (typed scalars for the others), and the allocations."""
+        """Device copies of the (checked) array arguments, typed scalars for the others, and the allocations."""
         drv = _driver()
         values, allocations = [], []
-        for p, a in zip(self.params, check_arguments(self.name, self.params, args), strict=True):
+        for p, a in zip(self.params, args, strict=True):
             if p.kind == "scalar":
                 values.append(np.dtype(p.dtype).type(a))
                 continue

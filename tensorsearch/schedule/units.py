@@ -49,10 +49,12 @@ __all__ = [
     "INTRINSIC_ATTR",
     "UNIT_ATTR",
     "UnitError",
+    "address_of",
     "check_unit",
     "const_value",
     "find_unit",
     "unit_of_compute",
+    "row_stride",
     "touches_fragments",
     "unit_statement",
 ]
@@ -242,20 +244,17 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
     step_var = Var("unit_k", DataType("int", 32))
 
     def stride(o: _Operand) -> PrimExpr:
-        """The row stride as the distance of two rows' addresses: it stays right when the buffer is
-        compacted and flattened after this (the CUDA printer folds it to a number)."""
+        """The operand's row stride (:func:`row_stride`; 1 for a single row)."""
         if len(o.dims) < 2:
             return _c(1)
-        row = list(o.starts)
-        row[o.dims[-2]] = row[o.dims[-2]] + 1
-        return Sub(_address(BufferLoad(o.buffer, tuple(row))), _address(BufferLoad(o.buffer, tuple(o.starts))))
+        return row_stride(BufferLoad(o.buffer, tuple(o.starts)), o.dims[-2])
 
     def pointer(o: _Operand) -> PrimExpr:
         starts = list(o.starts)
         for k, it in zip(o.dims, o.iters, strict=True):
             if it in reduce_steps:
                 starts[k] = starts[k] + step_var * extents[it]
-        return _address(BufferLoad(o.buffer, tuple(starts)))
+        return address_of(BufferLoad(o.buffer, tuple(starts)))
 
     fragments = {
         op.name: f"{operands[op.name].buffer.name}_{op.scope.split('.')[-1]}"
@@ -320,8 +319,18 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
     return SeqStmt(tuple(stmts))
 
 
-def _address(load: BufferLoad) -> PrimExpr:
+def address_of(load: BufferLoad) -> PrimExpr:
+    """``&buf[i]``: a pointer to the element ``load`` reads."""
     return Call(DataType("handle", 64), "address_of", (load,))
+
+
+def row_stride(first: BufferLoad, row_dim: int) -> PrimExpr:
+    """The distance from ``first`` to the element one row (dimension ``row_dim``) further, as the
+    difference of their addresses: it stays right when the buffer is compacted and flattened
+    after this (the CUDA printer folds it to a number)."""
+    row = list(first.indices)
+    row[row_dim] = row[row_dim] + 1
+    return Sub(address_of(BufferLoad(first.buffer, tuple(row))), address_of(first))
 
 
 def _verbatim(text: str) -> Stmt:
