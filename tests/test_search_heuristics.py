@@ -4,9 +4,10 @@ float32), register tiles that fit the register file, and the first batch measuri
 
 import math
 
+import numpy as np
 import pytest
 
-from tensorsearch import hardware, workloads
+from tensorsearch import hardware, interpret, workloads
 from tensorsearch.search.cost_model import CostModel
 from tensorsearch.search.evolutionary import EvolutionarySearch, RoundStats, SearchConfig
 from tensorsearch.search.heuristics import MachineModel, heuristic_trace, heuristic_traces
@@ -57,6 +58,41 @@ def test_float32_gemm_register_tile_is_whole_vectors_that_fit_the_register_file(
     assert i_tiles[0] * j_tiles[0] >= 2 * ZNVER4.cores
 
 
+def test_depthwise_register_tile_is_one_vector_by_a_few_columns_with_many_jobs():
+    # DEP:1 (112x112x64, 3x3, stride 2): the input is not shared across output channels, so the
+    # register tile is one vector of channels by up to 8 columns, the 3x3 window whole around it,
+    # and every other iteration a parallel job (the channels' outer part too)
+    wl = workloads.get("DEP", 1, "float32")
+    space = DesignSpace(wl.func, ZNVER4)
+    h, w, c, rh, rw = tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4))
+    assert (c[-1], w[-1], h[-1]) == (16, 8, 1)
+    assert rh == rw == [3, 1]
+    assert h[0] * w[0] * c[0] == 7 * 7 * 4 and h[1] == 8
+    # variant 2 is the GEMM-like plan's best shape, as for any other operator
+    assert tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4, variant=2))[2][-1] in (16, 32)
+    # int8: the register tile leaves room for the loads beside its int32 accumulators
+    wl = workloads.get("DEP", 1, "int8")
+    space = DesignSpace(wl.func, ZNVER4)
+    h, w, c, *_ = tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4))
+    assert c[-1] == 64 and 4 * w[-1] <= 32 - 4
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int8"])
+def test_depthwise_analytic_candidates_match_numpy(dtype):
+    wl = workloads.make("DEP", (1, 16, 16, 32, 3, 1, 1), dtype)
+    space = DesignSpace(wl.func, ZNVER4)
+    rng = np.random.default_rng(3)
+    inputs = wl.make_inputs(rng)
+    want = wl.reference(*inputs)
+    for k, trace in enumerate(space.traces):
+        for t in heuristic_traces(trace, wl.func, ZNVER4, variants=1):
+            cand = space.replay(t, k)
+            assert cand is not None, f"space {k}: {tiles_of(t)} does not post-process"
+            out = [np.zeros(o.shape, o.dtype) for o in wl.outputs]
+            got = interpret(cand.func, *inputs, *out)
+            wl.check(got[len(inputs) :], want)
+
+
 def test_int8_gemm_register_tile_counts_intrinsic_tiles():
     wl = workloads.get("GMM", 3, "int8")
     space = DesignSpace(wl.func, ZNVER4)
@@ -89,3 +125,22 @@ def test_first_round_measures_the_analytic_candidates_first():
     stats = RoundStats()
     search.next_batch([], set(), stats)
     assert stats.heuristic == 0
+
+
+def test_analytic_candidates_alternate_inline_and_root_padding():
+    # a padded convolution: which padding is faster depends on the operator (DEP:1 inline, C3D:0
+    # at the root), so the first round gets each; a GEMM (nothing to place) gets its variants
+    wl = workloads.make("C2D", SMALL["C2D"], "float32")
+    space = DesignSpace(wl.func, ZNVER4)
+    search = EvolutionarySearch(space, CostModel(seed=0), SearchConfig(), 0, LocalEvaluator(space))
+    trace = space.traces[0]
+    got = [t.as_json_text() for t in search._analytic_traces(trace, 3, seed=5)]
+    inline = heuristic_traces(trace, wl.func, ZNVER4, variants=2, seed=5)
+    root = heuristic_traces(trace, wl.func, ZNVER4, variants=1, seed=5, compute_root=True)
+    assert got == [inline[0].as_json_text(), root[0].as_json_text(), inline[1].as_json_text()]
+    assert got[0] != got[1]
+    gemm = workloads.make("GMM", SMALL["GMM"], "float32")
+    space = DesignSpace(gemm.func, ZNVER4)
+    search = EvolutionarySearch(space, CostModel(seed=0), SearchConfig(), 0, LocalEvaluator(space))
+    want = [t.as_json_text() for t in heuristic_traces(space.traces[0], gemm.func, ZNVER4, variants=2, seed=5)]
+    assert [t.as_json_text() for t in search._analytic_traces(space.traces[0], 2, seed=5)] == want

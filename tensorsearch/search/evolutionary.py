@@ -26,6 +26,7 @@ with the same seed, measurements and cost model proposes the same candidates.
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field, fields
 from typing import Any
@@ -150,14 +151,13 @@ class EvolutionarySearch:
     def _analytic(self, n: int, exclude: set[str]) -> list[Candidate]:
         """Up to ``n`` distinct valid candidates with analytic decisions, round-robin over the
         design spaces (each space's best variant first)."""
-        from .heuristics import heuristic_traces
 
         if n <= 0:
             return []
         spaces = len(self.space.traces)
         per_space = -(-n // spaces)
         seed = self.rng.randrange(1 << 31)
-        made = [heuristic_traces(t, self.space.func, self.space.hardware, per_space, seed) for t in self.space.traces]
+        made = [self._analytic_traces(t, per_space, seed) for t in self.space.traces]
         jobs = [("replay", made[s][v], s) for v in range(per_space) for s in range(spaces) if v < len(made[s])]
         out: list[Candidate] = []
         seen = set(exclude)
@@ -165,6 +165,25 @@ class EvolutionarySearch:
             if cand is not None and cand.key not in seen and len(out) < n:
                 seen.add(cand.key)
                 out.append(cand)
+        return out
+
+    def _analytic_traces(self, trace: Any, n: int, seed: int) -> list[Any]:
+        """Up to ``n`` analytic decision sets of one design-space trace, alternating the sampled
+        compute locations inline (a padding stage read through its ``Select``) and at the root
+        (padded once before the kernel): which is faster depends on the operator (docs/search.md)."""
+        from .heuristics import heuristic_traces
+
+        hw, func = self.space.hardware, self.space.func
+        inline = heuristic_traces(trace, func, hw, n, seed)
+        if not any(inst.kind.name == "sample_compute_location" for inst in trace.insts):
+            return inline
+        root = heuristic_traces(trace, func, hw, n, seed, compute_root=True)
+        out: list[Any] = []
+        seen: set[str] = set()
+        for t in (t for pair in itertools.zip_longest(inline, root) for t in pair if t is not None):
+            if t.as_json_text() not in seen and len(out) < n:
+                seen.add(t.as_json_text())
+                out.append(t)
         return out
 
     def _score(self, cands: list[Candidate], stats: RoundStats) -> np.ndarray:
