@@ -151,7 +151,6 @@ class EvolutionarySearch:
     def _analytic(self, n: int, exclude: set[str]) -> list[Candidate]:
         """Up to ``n`` distinct valid candidates with analytic decisions, round-robin over the
         design spaces (each space's best variant first)."""
-
         if n <= 0:
             return []
         spaces = len(self.space.traces)
