@@ -5,14 +5,26 @@
 reference the benchmarks time against). libgomp keeps its own wait policy (spin a little, then
 sleep): ``OMP_WAIT_POLICY=passive`` made every parallel region wake sleeping threads, doubling the
 latency of sub-millisecond kernels (docs/codegen.md).
+
+``settle()`` pauses between two samples of different thread pools (TVM's, OpenBLAS's, ours):
+a pool keeps its threads spinning for a while after its work returns, and a sample taken at once
+shares the cores with them (ours re-timed DIL:0 at 2.39 ms right after a TVM sample, 1.11-1.14 ms
+0.2 s later; docs/tvm-comparison.md).
 """
 
 from __future__ import annotations
 
 import os
 import sys
+import time
 
 _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
+SETTLE_SECONDS = 0.2  # longer than a pool's spin after its work (libgomp, TVM's, OpenBLAS's)
+
+
+def settle() -> None:
+    """Wait until the thread pool of the previous sample has stopped spinning."""
+    time.sleep(SETTLE_SECONDS)
 
 
 def reexec_without_openblas_overrides() -> None:

@@ -46,7 +46,7 @@ from __future__ import annotations
 import os
 import sys
 
-from bench_env import reexec_without_openblas_overrides
+from bench_env import reexec_without_openblas_overrides, settle
 
 reexec_without_openblas_overrides()
 
@@ -207,9 +207,12 @@ def tune_one(
         peaks: list[float] = []
         with threadpool_limits(limits=args.threads, user_api="blas"):
             for _ in range(args.rounds):
+                settle()  # each pool's threads spin on after its sample (bench_env.settle)
                 refs.append(wl.flops / time_call(lambda: numpy_float32(wl, inputs), args.min_seconds) / 1e9)
                 if peak is not None:
+                    settle()
                     peaks.append(peak.sample())
+                settle()
                 ours.append(wl.flops / mod.time(*inputs, *outs, min_repeat_ms=args.min_seconds * 1e3).median / 1e9)
         row.update(numpy=round(statistics.median(refs), 2), ratio_vs_numpy=pair_ratio(ours, refs))
         if peak is not None:
@@ -217,7 +220,9 @@ def tune_one(
     else:
         for _ in range(args.rounds):
             if peak is not None:
+                settle()
                 refs.append(peak.sample())
+            settle()
             ours.append(wl.flops / mod.time(*inputs, *outs, min_repeat_ms=args.min_seconds * 1e3).median / 1e9)
         if peak is not None:
             row.update(peak=round(statistics.median(refs), 1), ratio_vs_peak=pair_ratio(ours, refs))

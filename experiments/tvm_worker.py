@@ -213,6 +213,13 @@ class Worker:
             "tvm": tvm.__version__,
         }
 
+    def load(self, req: dict) -> dict:
+        """A kernel exported by an earlier ``tune`` (``dump_dir/tvm_lib.so``), to run and time again."""
+        import tvm
+
+        self.lib = tvm.runtime.load_module(req["path"])
+        return {"ok": True}
+
     def run(self, req: dict) -> dict:
         import tvm
 
@@ -227,7 +234,8 @@ class Worker:
     def time(self, req: dict) -> dict:
         import tvm
 
-        f = self.lib.mod.time_evaluator(
+        lib = self.lib.mod if hasattr(self.lib, "mod") else self.lib  # compiled here, or loaded
+        f = lib.time_evaluator(
             "main", tvm.cpu(), number=1, repeat=int(req.get("repeat", 3)), min_repeat_ms=round(req["min_repeat_ms"])
         )
         res = f(*self.inputs)

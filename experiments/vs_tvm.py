@@ -5,6 +5,8 @@ Run from the repository root (a benchmark: hold the shared lock):
     python experiments/vs_tvm.py --setup            # once: the TVM side environment in .tvm-env/
     flock /tmp/tensorsearch-bench.lock python experiments/vs_tvm.py [--ops C2D:1,T2D:0,GMM:3]
         [--dtypes float32,int8] [--trials 64] [--out DIR | --update-tracked] [--rounds 5] [--debug]
+    flock /tmp/tensorsearch-bench.lock python experiments/vs_tvm.py --retime EARLIER_OUT_DIR --ops ... --out DIR
+        # tunes nothing: re-times the two kernels of each pair that an earlier run dumped
 
 **The side environment.** ``--setup`` makes a virtual environment in ``.tvm-env/`` (git-ignored)
 with ``apache-tvm==0.27.0.post1`` and ``apache-tvm-ffi==0.1.14.post1`` (0.1.15 segfaults on JSON
@@ -33,7 +35,8 @@ pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
    median of 3 repeats) then one of ours (``Module.time`` in this process, ``num_threads`` =
    ``--threads``, same ``min_repeat_ms``, median of 3). A latency is the median over rounds; the
    speed ratio ``ours/TVM`` (TVM latency over ours: above 1, ours is faster) is the median over
-   the rounds' pairs. The two processes never run at once.
+   the rounds' pairs. The two processes never run at once, and each sample starts 0.2 s after the
+   other's (``bench_env.settle``: a pool's threads spin on after its work).
 
 Writes ``vs_tvm.csv`` and ``vs_tvm.md`` (rewritten after every run, geomean of the ratios last)
 under ``--out`` (default ``results/vs_tvm/``, git-ignored; ``--update-tracked`` writes them into the
@@ -54,7 +57,7 @@ from __future__ import annotations
 import os
 import sys
 
-from bench_env import reexec_without_openblas_overrides
+from bench_env import reexec_without_openblas_overrides, settle
 
 reexec_without_openblas_overrides()
 
@@ -190,7 +193,6 @@ def compare_one(
     The kernels are dumped under ``scratch/dumps``, the tuners work under ``work_root``.
     """
     from tensorsearch import workloads
-    from tensorsearch.runtime import aligned_copy
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar
 
@@ -237,9 +239,36 @@ def compare_one(
         raise Failure("tensorsearch: no trial succeeded")
     row["ours_tuned_ms"] = round(result.latency * 1e3, 4)
     dump_ours(result, dump)
+    check_and_time(wl, result.module, worker, args, work, row)
 
-    # both on the same inputs, both checked against numpy
-    mod = result.module
+
+def retime_one(name: str, index: int, dtype: str, hw, worker: TvmWorker, args, earlier: dict, row: dict) -> None:
+    """Re-time the two kernels an earlier run dumped (``--retime DIR``): ours rebuilt from its
+    trace, TVM's loaded from its exported library; the tuning columns are the earlier run's."""
+    from tensorsearch import workloads
+    from tensorsearch.runtime import build
+    from tensorsearch.schedule import Schedule, Trace
+
+    wl = workloads.get(name, index, dtype)
+    dump = args.retime / "dumps" / f"{name}_{index}_{dtype}"
+    for path in (dump / "ours_trace.json", dump / "tvm_lib.so"):
+        if not path.is_file():
+            raise Failure(f"--retime: {path} is missing")
+    keep = ("args", "vnni", "trials", "tvm_tuned_ms", "ours_tuned_ms", "tvm_wall_s", "ours_wall_s")
+    row.update({k: earlier[k] for k in keep if earlier.get(k) not in (None, "")})
+    sch = Schedule(wl.func, check=False, hardware=hw)
+    Trace.from_json((dump / "ours_trace.json").read_text()).apply(sch)
+    worker.ask(cmd="load", path=str(dump / "tvm_lib.so"))
+    work = args.retime_scratch / f"{name}_{index}_{dtype}"
+    work.mkdir(parents=True, exist_ok=True)
+    check_and_time(wl, build(sch.func, hw.with_fp_contract()), worker, args, work, row)
+
+
+def check_and_time(wl, mod, worker: TvmWorker, args, work: Path, row: dict) -> None:
+    """Run both kernels on the same inputs, check both against numpy, then time them in
+    interleaved rounds; fills ``row``'s latency columns."""
+    from tensorsearch.runtime import aligned_copy
+
     mod.num_threads = args.threads
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng(args.seed))]  # as TVM's NDArrays
     want = wl.reference(*inputs)
@@ -261,8 +290,10 @@ def compare_one(
     ours_s: list[float] = []
     row["load"] = round(os.getloadavg()[0], 2)  # other processes on the cores inflate both latencies
     for _ in range(args.rounds):
+        settle()  # each side's pool threads spin on after its sample (bench_env.settle)
         r = worker.ask(cmd="time", min_repeat_ms=args.min_seconds * 1e3, repeat=3)
         tvm_s.append(statistics.median(r["results"]))
+        settle()
         ours_s.append(mod.time(*inputs, *ours_out, min_repeat_ms=args.min_seconds * 1e3).median)
     tvm_ms, ours_ms = statistics.median(tvm_s) * 1e3, statistics.median(ours_s) * 1e3
     row.update(
@@ -377,6 +408,12 @@ def main() -> int:
     ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing repeat (default 0.05)")
     ap.add_argument("--mcpu", help="TVM's -mcpu (default: tensorsearch.hardware.load('host').cpu)")
     ap.add_argument("--debug", action="store_true", help="tracebacks, and TVM's output on stderr")
+    ap.add_argument(
+        "--retime",
+        type=Path,
+        metavar="DIR",
+        help="tune nothing: re-time the kernels an earlier run wrote under DIR (its dumps/ and vs_tvm.csv)",
+    )
     outputs.add_arguments(ap, "vs_tvm")
     args = ap.parse_args()
     if args.setup:
@@ -413,6 +450,16 @@ def main() -> int:
     work_root = dest.fresh_dir("work")  # fresh: neither tuner resumes an earlier run's records
     dumps = outputs.show(dest.scratch / "dumps") + "/"
     cmd = "python experiments/vs_tvm.py" + "".join(f" {a}" for a in sys.argv[1:])
+    earlier: dict[tuple[str, str, str], dict] = {}
+    if args.retime:
+        try:
+            with open(args.retime / "vs_tvm.csv", newline="") as f:
+                earlier = {(r["op"], r["index"], r["dtype"]): r for r in csv.DictReader(f) if r["op"] != "geomean"}
+        except OSError as err:
+            print(f"--retime: cannot read {args.retime / 'vs_tvm.csv'}: {err.strerror}", file=sys.stderr)
+            return 2
+        args.retime_scratch = work_root
+        dumps = outputs.show(args.retime / "dumps") + "/"
     worker = TvmWorker(args.threads, dest.scratch / "tvm_worker.log", args.debug)
     rows: list[dict] = []
     runs = [(name, index, dtype) for name, index in ops for dtype in dtypes]
@@ -421,7 +468,10 @@ def main() -> int:
         for name, index, dtype in runs:
             row: dict = {"op": name, "index": index, "dtype": dtype, "trials": args.trials}
             try:
-                compare_one(name, index, dtype, hw, worker, args, dest.scratch, work_root, row)
+                if args.retime:
+                    retime_one(name, index, dtype, hw, worker, args, earlier.get((name, str(index), dtype), {}), row)
+                else:
+                    compare_one(name, index, dtype, hw, worker, args, dest.scratch, work_root, row)
             except Failure as err:
                 if args.debug:
                     traceback.print_exc()
