@@ -242,7 +242,9 @@ def compare_one(
     check_and_time(wl, result.module, worker, args, work, row)
 
 
-def retime_one(name: str, index: int, dtype: str, hw, worker: TvmWorker, args, earlier: dict, row: dict) -> None:
+def retime_one(
+    name: str, index: int, dtype: str, hw, worker: TvmWorker, args, earlier: dict, work_root: Path, row: dict
+) -> None:
     """Re-time the two kernels an earlier run dumped (``--retime DIR``): ours rebuilt from its
     trace, TVM's loaded from its exported library; the tuning columns are the earlier run's."""
     from tensorsearch import workloads
@@ -259,7 +261,7 @@ def retime_one(name: str, index: int, dtype: str, hw, worker: TvmWorker, args, e
     sch = Schedule(wl.func, check=False, hardware=hw)
     Trace.from_json((dump / "ours_trace.json").read_text()).apply(sch)
     worker.ask(cmd="load", path=str(dump / "tvm_lib.so"))
-    work = args.retime_scratch / f"{name}_{index}_{dtype}"
+    work = work_root / f"{name}_{index}_{dtype}"
     work.mkdir(parents=True, exist_ok=True)
     check_and_time(wl, build(sch.func, hw.with_fp_contract()), worker, args, work, row)
 
@@ -458,7 +460,6 @@ def main() -> int:
         except OSError as err:
             print(f"--retime: cannot read {args.retime / 'vs_tvm.csv'}: {err.strerror}", file=sys.stderr)
             return 2
-        args.retime_scratch = work_root
         dumps = outputs.show(args.retime / "dumps") + "/"
     worker = TvmWorker(args.threads, dest.scratch / "tvm_worker.log", args.debug)
     rows: list[dict] = []
@@ -469,7 +470,8 @@ def main() -> int:
             row: dict = {"op": name, "index": index, "dtype": dtype, "trials": args.trials}
             try:
                 if args.retime:
-                    retime_one(name, index, dtype, hw, worker, args, earlier.get((name, str(index), dtype), {}), row)
+                    earlier_row = earlier.get((name, str(index), dtype), {})
+                    retime_one(name, index, dtype, hw, worker, args, earlier_row, work_root, row)
                 else:
                     compare_one(name, index, dtype, hw, worker, args, dest.scratch, work_root, row)
             except Failure as err:

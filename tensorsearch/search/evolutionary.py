@@ -180,10 +180,11 @@ class EvolutionarySearch:
         out: list[Any] = []
         seen: set[str] = set()
         for t in (t for pair in itertools.zip_longest(inline, root) for t in pair if t is not None):
-            if t.as_json_text() not in seen and len(out) < n:
-                seen.add(t.as_json_text())
+            key = t.as_json_text()
+            if key not in seen:
+                seen.add(key)
                 out.append(t)
-        return out
+        return out[:n]
 
     def _score(self, cands: list[Candidate], stats: RoundStats) -> np.ndarray:
         import time

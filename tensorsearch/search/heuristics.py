@@ -160,16 +160,25 @@ class _Block:
             total += size
         return total
 
+    @property
+    def operand_vars(self) -> list[set[Var]]:
+        """The block vars that index each operand it reads (a zero coefficient does not count)."""
+        return [
+            {v for coef, _ in dims for v, c in coef.items() if c} for _, dims, written in self.regions if not written
+        ]
+
+    @property
+    def per_vector(self) -> float:
+        """Iterations of the vector loop one machine vector holds."""
+        return max(1.0, self.model.vector_bytes / self.vector_step)
+
     def loads(self, tiles: dict[Var, int], vectors: float) -> float:
         """Loads per reduction step of a register tile: each operand is loaded once per tile
         iteration of the spatial loops that index it, in ``vectors`` along the vector loop (a
         GEMM: a broadcast of ``X`` per row plus the vectors of ``Y``; a depthwise convolution's
         input: one vector per accumulator, since no output channel shares it)."""
         total = 0.0
-        for _, dims, written in self.regions:
-            if written:
-                continue
-            used = {v for coef, _ in dims for v, c in coef.items() if c}
+        for used in self.operand_vars:
             count = vectors if self.vector_var in used else 1.0
             for v, _, kind in self.loops:
                 if kind == "S" and v != self.vector_var and v in used:
@@ -189,7 +198,7 @@ class _Block:
         if vec is None:
             return [{}]
         rows = [(v, e) for v, e in reversed(spatial) if v != vec[0]]
-        per_vector = max(1.0, self.model.vector_bytes / self.vector_step)  # iterations per vector
+        per_vector = self.per_vector
         shapes = []
         for n_vec in (1, 2, 3, 4, 6, 8):
             t_vec = _largest_divisor(vec[1], min(max_inner, n_vec * per_vector))
@@ -213,21 +222,20 @@ class _Block:
     def streams(self) -> bool:
         """Whether the vector loop indexes every operand (a depthwise convolution, a pooling): no
         operand is reused across the output's vectors, so a larger register tile saves no loads."""
-        reads = [dims for _, dims, written in self.regions if not written]
-        return bool(reads) and all(any(coef.get(self.vector_var) for coef, _ in dims) for dims in reads)
+        reads = self.operand_vars
+        return bool(reads) and all(self.vector_var in used for used in reads)
 
     def stream_plan(self, structure: str, max_inner: int) -> tuple[dict[Var, int], dict[Var, list[int]]]:
         """The register tile and the tiles of a streaming block: one vector by up to 8 of the
         innermost other loop in registers (S3), up to 8 of the next as one job's steps (S1), the
         reduction whole around the register tile (R0), and every other iteration a parallel job
         (S0), the vector loop's outer part too (docs/search.md, "Depthwise tiles")."""
-        per_vector = max(1.0, self.model.vector_bytes / self.vector_step)
         rows = [(v, e) for v, e, k in reversed(self.loops) if k == "S" and v != self.vector_var and e > 1]
         register: dict[Var, int] = {}
         steps: dict[Var, int] = {}
         for v, e, k in self.loops:
             if k == "S" and v == self.vector_var:
-                register[v] = _largest_divisor(e, min(max_inner, per_vector))
+                register[v] = _largest_divisor(e, min(max_inner, self.per_vector))
         if rows:  # the accumulators leave registers for the loads (int8: int32 accumulators)
             room = (self.model.vector_registers - 4) / max(self.registers(register), 1e-9)
             register[rows[0][0]] = _largest_divisor(rows[0][1], min(max_inner, 8, room))
