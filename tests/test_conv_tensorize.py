@@ -24,7 +24,7 @@ VNNI_HERE = hardware.load("host").has_feature("+avx512vnni")
 
 KINDS = [
     ("C1D", 0),  # 3 taps
-    ("C2D", 0),  # 3 input channels, 7x7 stride 2: k <- rh * rw * rc fused
+    ("C2D", 0),  # 3 input channels, 7x7 stride 2: k <- rc padded, or rh * rw * rc fused
     ("C2D", 1),  # 1x1
     ("C3D", 0),  # 3 input channels
     ("DIL", 0),  # dilation 2
@@ -65,14 +65,18 @@ def test_convolution_tensorized_through_the_design_space_is_exact(name, index):
         wl.check(outs, wl.reference(*xs))
 
 
-def test_three_input_channels_fork_over_the_fused_and_a_padded_mapping():
-    """C2D shape 0 (3 input channels): the best mapping fuses rh * rw * rc onto k (147 -> 148, 0.7%
-    wasted); the second pads rh 7 -> 8 (12.5%); each gets its own design spaces."""
+def test_three_input_channels_fork_over_the_padded_and_the_fused_mapping():
+    """C2D shape 0 (3 input channels): the cheapest mapping pads rc 3 -> 4 and reads the padded
+    input in place (no im2col); the second fuses rh * rw * rc onto k (147 -> 148) and gathers;
+    each gets its own design spaces."""
     wl = workloads.get("C2D", 0, "int8")
     space = DesignSpace(wl.func, VNNI_HW)
     layouts = [
         [dict(i.args)["index_map"] for i in t.insts if i.kind.name == "transform_block_layout"] for t in space.traces
     ]
+    pads = [[dict(i.args)["padding"] for i in t.insts if i.kind.name == "pad_einsum"] for t in space.traces]
     fused = "lambda v_nn, v_hh, v_ww, v_cc, v_rh, v_rw, v_rc: (v_nn, v_hh, v_ww, v_cc, v_rh * 21 + v_rw * 3 + v_rc)"
     assert sum(1 for lay in layouts if lay == [fused]) == len(space.traces) // 2
-    assert sum(1 for lay in layouts if lay == []) == len(space.traces) // 2
+    unfused = [p for lay, p in zip(layouts, pads, strict=True) if lay == []]
+    assert len(unfused) == len(space.traces) // 2
+    assert all(p == [[1, 1, 1, 1, 1, 1, 4]] for p in unfused)  # rc alone is padded

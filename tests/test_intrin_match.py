@@ -132,6 +132,22 @@ def test_c2d_int8_vnni_mappings(vnni):
     assert report.feasible.index(padded) > report.feasible.index(fused)  # padding ranks last
 
 
+def test_three_input_channels_pad_rc_in_place_before_gathering(vnni):
+    """C2D's first layer (3 input channels, 7x7, stride 2, 112x112 outputs): ``k <- rc`` pads 3 ->
+    4 (a quarter of the calls wasted) but reads the padded input in place, a 230 x 230 x 4 copy;
+    fusing ``rh * rw * rc`` wastes 0.7% and gathers 112 x 112 x 148 elements. The rank counts both
+    (instructions per useful call), so the padded mapping comes first."""
+    report = match(workloads.get("C2D", 0, "int8").func, "conv2d_nhwc", vnni)
+    best, fused = report.feasible[0], report.feasible[1]
+    assert _iters(best) == {"i": ("v_cc",), "k": ("v_rc",)} and fused.fused
+    assert best.operand("A").in_place and best.operand("A").copied == 230 * 230 * 4
+    assert best.operand("B").copied == 7 * 7 * 4 * 16 * 4 and best.operand("C").copied == 0
+    assert fused.operand("A").copied == 112 * 112 * 37 * 4
+    assert round(best.waste, 3) == 0.25 and round(fused.waste, 3) == 0.007
+    assert round(best.cost, 2) == 1.45 and round(fused.cost, 2) == 2.02
+    assert [round(m.cost, 2) for m in report.feasible[2:]] == [2.29, 2.29]  # rh or rw 7 -> 8, gathered
+
+
 def test_grp_int8_vnni_maps_per_group(vnni):
     """cc // 32 picks the input channels of cc's group, so cc indexes A and cannot play i; split
     into (group, channel in the group), the channel plays i and rc plays k."""

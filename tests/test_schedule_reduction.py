@@ -932,10 +932,68 @@ def main(A: T.Buffer((40,), "float32"), W: T.Buffer((11,), "float32"), B: T.Buff
     before, n = sch.func, len(sch.trace)
     with pytest.raises(
         NotReductionBlock,
-        match="pad_einsum needs an einsum block, but block B accesses A with a region that is not a single element",
+        match="pad_einsum needs an einsum block, but block B pads iterator vi, which indexes A inside the "
+        "expression vi \\+ vk, not alone",
     ):
         sch.pad_einsum(block, [32, 1])
     _assert_failed_cleanly(sch, before, n)
+
+
+CONV_3_CHANNELS = """
+@T.prim_func
+def main(A: T.Buffer((10, 3), "float32"), W: T.Buffer((3, 3, 8), "float32"), B: T.Buffer((8, 8), "float32")):
+    for i, j, r, c in T.grid(8, 8, 3, 3):
+        with T.block("B"):
+            vi, vj, vr, vc = T.axis.remap("SSRR", [i, j, r, c])
+            T.reads(A[vi + vr, vc], W[vr, vc, vj])
+            T.writes(B[vi, vj])
+            with T.init():
+                B[vi, vj] = T.float32(0.0)
+            B[vi, vj] = B[vi, vj] + A[vi + vr, vc] * W[vr, vc, vj]
+"""
+
+CONV_4_CHANNELS = """
+@T.prim_func
+def main(A: T.Buffer((10, 3), "float32"), W: T.Buffer((3, 3, 8), "float32"), B: T.Buffer((8, 8), "float32")):
+    A_pad = T.alloc_buffer((10, 4), "float32")
+    W_pad = T.alloc_buffer((3, 4, 8), "float32")
+    for i0, i1 in T.grid(10, 4):
+        with T.block("A_pad"):
+            v0, v1 = T.axis.remap("SS", [i0, i1])
+            T.reads(A[v0, v1])
+            T.writes(A_pad[v0, v1])
+            A_pad[v0, v1] = T.Select(v1 < 3, A[v0, v1], T.float32(0.0))
+    for i0, i1, i2 in T.grid(3, 4, 8):
+        with T.block("W_pad"):
+            v0, v1, v2 = T.axis.remap("SSS", [i0, i1, i2])
+            T.reads(W[v0, v1, v2])
+            T.writes(W_pad[v0, v1, v2])
+            W_pad[v0, v1, v2] = T.Select(v1 < 3, W[v0, v1, v2], T.float32(0.0))
+    for i, j, r, c in T.grid(8, 8, 3, 4):
+        with T.block("B"):
+            vi, vj, vr, vc = T.axis.remap("SSRR", [i, j, r, c])
+            T.reads(A_pad[vi + vr, vc], W_pad[vr, vc, vj])
+            T.writes(B[vi, vj])
+            with T.init():
+                B[vi, vj] = T.float32(0.0)
+            B[vi, vj] = B[vi, vj] + A_pad[vi + vr, vc] * W_pad[vr, vc, vj]
+"""
+
+
+def test_pad_einsum_an_iterator_that_indexes_alone_beside_a_window():
+    """The channels (``vc``, 3 -> 4) index A alone, beside the window ``vi + vr``: A_pad grows that
+    dimension only (a convolution's input padded, not gathered); the window's ``vr`` cannot pad."""
+    func = parse(CONV_3_CHANNELS)
+    sch = Schedule(func)
+    block = sch.get_block("B")
+    before, n = sch.func, len(sch.trace)
+    with pytest.raises(NotReductionBlock, match=r"pads iterator vr, which indexes A inside the expression vi \+ vr"):
+        sch.pad_einsum(block, [1, 1, 4, 1])
+    _assert_failed_cleanly(sch, before, n)
+    sch.pad_einsum(block, [1, 1, 1, 4])
+    assert_program(sch.func, CONV_4_CHANNELS)
+    check_trace_round_trip(sch, func)
+    check_same_results(func, sch.func, rtol=1e-5, atol=1e-5)
 
 
 def test_pad_einsum_iterator_not_bound_to_a_loop():

@@ -95,16 +95,19 @@ def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
     dot = hw.intrinsic("avx2_dot_8x2_i16i16i32")
     func = _int16_gemm()
     report = match(func, "C", dot)
-    assert report.feasible, str(report)
-    sch = Schedule(func, hardware=hw)
-    sch.tensorize(tile_with_intrin(sch, sch.get_block("C"), dot), dot.name)  # by name, through the hardware
-    mod = build(sch.func, hw)
-    assert "vpmaddwd" in mod.assembly
-    seed = int.from_bytes(os.urandom(4), "little")
-    a, b, want = _inputs(seed)
-    c = np.zeros((M, N), np.int32)
-    mod(a, b, c)
-    np.testing.assert_array_equal(c, want.astype(np.int32), err_msg=f"inputs from seed {seed}")
+    # both operands are int16, so either can play the intrinsic's A: the swapped binding (the
+    # tile reads B[...] * A[...], the intrinsic A[k] * B[i, k]) copies fewer elements and ranks first
+    assert [m.binding[0] for m in report.feasible] == [("A", "B"), ("A", "A")], str(report)
+    for mapping in range(len(report.feasible)):
+        sch = Schedule(func, hardware=hw)
+        sch.tensorize(tile_with_intrin(sch, sch.get_block("C"), dot, mapping), dot.name)  # by name
+        mod = build(sch.func, hw)
+        assert "vpmaddwd" in mod.assembly
+        seed = int.from_bytes(os.urandom(4), "little")
+        a, b, want = _inputs(seed)
+        c = np.random.default_rng(seed).integers(-9, 9, (M, N)).astype(np.int32)  # garbage, not zeros
+        mod(a, b, c)
+        np.testing.assert_array_equal(c, want.astype(np.int32), err_msg=f"mapping {mapping}, inputs from seed {seed}")
 
 
 def test_int16_unit_is_auto_tuned(tmp_path, ray_session):

@@ -78,7 +78,8 @@ def tile_with_intrin(
     """Tile ``block`` so that its innermost loops compute ``intrin``; return the blockized block.
 
     ``mapping`` is one of ``match(...).feasible`` (or its index); by default the best (the
-    least padding, then unfused, then the fewest layout transforms). ``decompose_init=False`` keeps the init in the returned (outer) block, for a caller
+    matcher's rank: the least estimated cost of padding and staging copies, then unfused, then
+    the fewest layout transforms). ``decompose_init=False`` keeps the init in the returned (outer) block, for a caller
     that tiles it further and decomposes the reduction later (the search's postprocessor). Raises :class:`~tensorsearch.schedule.InvalidArgument` naming the block, the intrinsic
     and the matcher's reasons when no mapping applies; on any failure the schedule is left as it
     was.

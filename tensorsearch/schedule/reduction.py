@@ -663,9 +663,12 @@ class ReductionPrimitives(ScheduleState):
         bound to.  Every input indexed by a padded iterator is copied into ``<A>_pad`` (zero
         outside the original bounds) by a block ``A_pad`` placed before the block's loop nest;
         every output indexed by one is computed into ``<C>_pad`` and copied back by a block
-        ``C_pad`` after the nest.  The block must access every buffer once with plain iterators
-        (or constants) as indices, and a padded reduce iterator needs the update
-        ``C = C + x * y * ...`` with one factor indexed by that iterator (so padding adds zeros).
+        ``C_pad`` after the nest.  The block must access every buffer once, one element at a time;
+        a padded iterator may index a buffer only as a whole index (``A[n, h * 2 + rh, w, rc]``
+        can pad ``rc``, whose copy ``A_pad`` grows that dimension, but not ``rh``), and an output
+        it indexes only with plain iterators or constants.  A padded reduce iterator needs the
+        update ``C = C + x * y * ...`` with one factor indexed by that iterator (so padding adds
+        zeros).
         Supported (a subset of TVM's): each padded iterator is bound directly to a loop of extent
         equal to its domain, and the block's outermost loop holds no other block.
 
@@ -726,7 +729,6 @@ class ReductionPrimitives(ScheduleState):
         if scope is None:
             raise InvalidArgument(f"pad_einsum needs block {blk.name} to be inside a scope block", block=blk.name)
         # the einsum pattern: each buffer once, unit regions at plain iterators or constants
-        iter_set = {iv.var for iv in blk.iter_vars}
         accesses: dict[Buffer, tuple[PrimExpr, ...]] = {}
         inputs: list[Buffer] = []
         outputs: list[Buffer] = []
@@ -740,16 +742,9 @@ class ReductionPrimitives(ScheduleState):
             for br in regions:
                 if br.buffer in accesses:
                     raise not_einsum(f"accesses buffer {br.buffer.name} in more than one region")
-                idx = []
-                for r in br.region:
-                    if not (isinstance(r.extent, IntImm) and r.extent.value == 1) or not (
-                        isinstance(r.min, IntImm) or (isinstance(r.min, Var) and r.min in iter_set)
-                    ):
-                        raise not_einsum(
-                            f"accesses {br.buffer.name} with a region that is not a single element at plain iterators "
-                            "or constants"
-                        )
-                    idx.append(r.min)
+                if not all(isinstance(r.extent, IntImm) and r.extent.value == 1 for r in br.region):
+                    raise not_einsum(f"accesses {br.buffer.name} with a region that is not a single element")
+                idx = [r.min for r in br.region]
                 accesses[br.buffer] = tuple(idx)
                 into.append(br.buffer)
         for node in _nodes(blk.body) + (_nodes(blk.init) if blk.init is not None else []):
@@ -801,6 +796,7 @@ class ReductionPrimitives(ScheduleState):
             padded_loops[lp.loop_var] = new_extent
         if not padded:
             return
+        _check_padded_indices(accesses, outputs, padded, not_einsum)
         top = _top_under(loc.path, scope)
         others = [r.block.name for r in child_blocks(top) if r is not realize]
         if others:
@@ -927,6 +923,25 @@ def _nodes(node: Node) -> list[Node]:
     out: list[Node] = []
     post_order_visit(node, out.append)
     return out
+
+
+def _check_padded_indices(
+    accesses: dict[Buffer, tuple[PrimExpr, ...]], outputs: list[Buffer], padded: dict[Var, PrimExpr], err
+) -> None:
+    """A padded iterator may index a buffer only as a whole index (``A[n, h * 2 + rh, w, rc]``
+    pads ``rc``, never ``rh``: the padded copy grows the dimensions ``rc`` indexes alone); an
+    output a padded iterator indexes is copied back whole, so its indices are plain iterators or
+    constants."""
+    for buf, idx in accesses.items():
+        touched = [i for i in idx if any(v in padded for v in free_vars(i))]
+        for i in touched:
+            if not (isinstance(i, Var) and i in padded):
+                name = next(v.name for v in free_vars(i) if v in padded)
+                raise err(f"pads iterator {name}, which indexes {buf.name} inside the expression {i}, not alone")
+        if touched and buf in outputs and not all(isinstance(i, Var | IntImm) for i in idx):
+            raise err(
+                f"pads its output {buf.name}, which it writes at indices that are not plain iterators or constants"
+            )
 
 
 def _factors(expr: PrimExpr) -> list[BufferLoad] | None:

@@ -56,6 +56,7 @@ from typing import Any
 from .. import arith
 from ..arith.region import contiguity_error, region_strides
 from ..ir import (
+    Add,
     Block,
     BlockRealize,
     Broadcast,
@@ -70,11 +71,13 @@ from ..ir import (
     For,
     IntImm,
     MatchBufferRegion,
+    Mul,
     PrimExpr,
     Ramp,
     Range,
     Var,
     const,
+    structural_equal,
     substitute,
 )
 from ..ir.functor import free_vars
@@ -330,6 +333,46 @@ def match_intrinsic(outer: Block, intr: Intrinsic, err: Callable[[str], Exceptio
     if not isinstance(w_store, BufferStore):
         raise err(f"the inner block {inner.name} must be one store, found a {type(w_store).__name__}")
     assert isinstance(d_store, BufferStore)
+    # the tile's products and sums in every operand order (the description's `A[k] * B[i, k]`
+    # against a tile that reads `B[...] * A[...]`, as the matcher's swapped bindings make them)
+    first: str | None = None
+    for value in _commuted(w_store.value):
+        try:
+            return _match_store(inner, loops, desc, intr, BufferStore(w_store.buffer, value, w_store.indices))
+        except _TileMismatch as e:
+            first = first or str(e)
+    raise err(first)
+
+
+class _TileMismatch(Exception):
+    """One operand order of the tile does not compute the description (the reason)."""
+
+
+def _commuted(value: PrimExpr, limit: int = 8) -> list[PrimExpr]:
+    """``value`` first, then the same expression with the operands of its additions and
+    multiplications swapped, at most ``limit`` orders."""
+    if isinstance(value, Cast):
+        return [Cast(value.dtype, v) for v in _commuted(value.value, limit)]
+    if not isinstance(value, Add | Mul):
+        return [value]
+    out: list[PrimExpr] = []
+    for a in _commuted(value.a, limit):
+        for b in _commuted(value.b, limit):
+            out += [type(value)(a, b), type(value)(b, a)]
+    unique: list[PrimExpr] = []
+    for v in out:
+        if not any(v is u or structural_equal(v, u) for u in unique):
+            unique.append(v)
+    return unique[:limit]
+
+
+def _match_store(
+    inner: Block, loops: list[For], desc: Block, intr: Intrinsic, w_store: BufferStore
+) -> dict[str, BufferRegion]:
+    """The regions of the intrinsic's operands when the tile's store ``w_store`` (one operand
+    order) computes the description; raises :class:`_TileMismatch` otherwise."""
+    err = _TileMismatch
+    d_store = desc.body
     out_op = intr.output
     d_bufs = intr.buffers
     if w_store.buffer.dtype != out_op.dtype:

@@ -425,10 +425,11 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
     the outer block is tiled ``SSRSRS`` and marked ``meta_schedule.auto_tensorize = <intrinsic>``
     so that the tensorize postprocessor calls ``sch.tensorize`` once the reduction init has been
     split off. The first intrinsic (in the YAML's order) that applies wins; the design space forks
-    over its best ``mappings`` feasible mappings in the matcher's rank (least padding wasted,
-    unfused, fewest layout transforms: C2D with 3 input channels gets ``k <- rh * rw * rc`` fused,
-    147 padded to 148, and ``k <- rh``, 7 padded to 8). A block no intrinsic fits is left to the
-    next rule."""
+    over its best ``mappings`` feasible mappings in the matcher's rank (the fewest instructions
+    per useful call, padding and staging copies counted; then unfused, fewest layout transforms:
+    C2D with 3 input channels gets ``k <- rc``, 3 padded to 4 with the input read in place, and
+    ``k <- rh * rw * rc`` fused, 147 padded to 148 and gathered). A block no intrinsic fits is left
+    to the next rule."""
 
     name = "MultiLevelTilingWithIntrin"
     params = {**MultiLevelTiling.params, "intrinsics": [""], "mappings": 2}
@@ -515,7 +516,9 @@ class RandomComputeLocation(ScheduleRule):
 
     A copy into a packed layout (what ``tile_with_intrin`` and read packing insert) stays at the
     root: packed once, it is reused by every tile, and TileLayoutCopy tiles its own loops, which
-    a trace can only replay when the loops above it do not change with the sampled location."""
+    a trace can only replay when the loops above it do not change with the sampled location. So
+    does any block an intrinsic reads (``pad_einsum``'s padded copy of a convolution's input):
+    inlined, the tile would read a ``Select`` the intrinsic does not compute."""
 
     name = "RandomComputeLocation"
     params = {}
@@ -532,7 +535,7 @@ class RandomComputeLocation(ScheduleRule):
             consumers = sch.get_consumers(block)
         except ScheduleError:
             return [sch]
-        if len(consumers) != 1:
+        if len(consumers) != 1 or _any_tensorized(sch, consumers):
             return [sch]
         fork = sch.copy()
         try:

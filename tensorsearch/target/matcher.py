@@ -16,13 +16,17 @@
    can play makes the binding infeasible ("no workload iterator plays the role of k").
 4. **Padding.** Each mapped extent is padded up to a multiple of the intrinsic's extent.
 5. **Layout.** An operand the intrinsic reads as one contiguous tile (``contiguous``) or as
-   dense rows (``strided_rows``) must find its tile that way in the workload buffer; otherwise
-   the plan stages it through ``reindex`` and a ``transform_layout`` into the intrinsic's packed
-   tile layout (VNNI's B[16, 4] from a [K, N] weight: panels ``(n // 16, k // 4, n % 16, k % 4)``), never applying
-   the intrinsic to strided rows.
+   dense rows (``strided_rows``) must find its tile that way in the workload buffer, and a padded
+   iterator must index it alone (``PadInput[n, h * 2 + rh, w, rc]`` pads ``rc`` in place: the
+   padded copy grows that dimension); otherwise the plan stages it through ``reindex`` and a
+   ``transform_layout`` into the intrinsic's packed tile layout (VNNI's B[16, 4] from a [K, N]
+   weight: panels ``(n // 16, k // 4, n % 16, k % 4)``), never applying the intrinsic to strided
+   rows.
 
-Every feasible mapping (best first: the least padding wasted, no fusion, fewest layout transforms) carries
-the whole loop plan that :func:`tensorsearch.intrin.tile_with_intrin` performs; every
+Every feasible mapping (best first: the fewest estimated instructions per useful call, padded
+calls and the elements staging copies write (:attr:`Mapping.cost`); then no fusion, then the
+fewest layout transforms) carries the whole loop plan that
+:func:`tensorsearch.intrin.tile_with_intrin` performs; every
 infeasible candidate carries its reason. ``str(report)`` is the printed explanation.
 """
 
@@ -126,6 +130,7 @@ class OperandPlan:
     packed_shape: tuple[int, ...] | None = None
     reindex_dims: tuple[str, ...] = ()
     scope: str = "global"
+    copied: int = 0  # elements its staging copy writes: the packed buffer, or pad_einsum's padded copy
 
     @property
     def needs_transform(self) -> bool:
@@ -191,9 +196,24 @@ class Mapping:
         0.25, ``k <- rh * rw * rc`` padded 147 -> 148 wastes 0.007)."""
         return 1 - _prod(m.workload_extent for m in self.iterators) / _prod(m.padded_extent for m in self.iterators)
 
+    @property
+    def cost(self) -> float:
+        """Estimated instructions per useful intrinsic call: the padded calls plus one per element
+        the staging copies write (a gather under padding guards runs about an element per
+        instruction, as an intrinsic call does a whole tile), over the unpadded calls. C2D with 3
+        input channels, 7x7, 112x112 outputs: ``k <- rc`` pads 3 -> 4 (1.33 calls) and copies the
+        padded input, 230 * 230 * 4 elements (0.09), about 1.43 in all; ``k <- rh * rw * rc``
+        wastes little (1.007) but gathers 112 * 112 * 148 elements (1.0), about 2.0."""
+        outer = _prod(ext for name, ext, _ in self.block_iters if name not in self.iter_map)
+        per_call = _prod(m.intrin_extent for m in self.iterators)
+        useful = outer * _prod(m.workload_extent for m in self.iterators) / per_call
+        padded = outer * _prod(m.padded_extent for m in self.iterators) / per_call
+        return (padded + sum(o.copied for o in self.operands)) / useful
+
     def rank(self) -> tuple[float, int, int]:
-        """Best first: the least padding wasted, then unfused, then the fewest layout transforms."""
-        return (round(self.waste, 4), int(self.fused), len(self.transforms))
+        """Best first: the least estimated cost (padding and staging copies), then unfused, then
+        the fewest layout transforms."""
+        return (round(self.cost, 3), int(self.fused), len(self.transforms))
 
     def operand(self, name: str) -> OperandPlan:
         return next(o for o in self.operands if o.operand == name)
@@ -789,7 +809,13 @@ def _operand_plan(
             pshape = [ext[n] for n in rest] + [m.padded_extent for m in dims]
         imap = f"lambda {', '.join(used)}: ({', '.join(new)}{',' if len(new) == 1 else ''})"
         return OperandPlan(
-            **base, in_place=False, why=why, index_map=imap, packed_shape=tuple(pshape), reindex_dims=tuple(used)
+            **base,
+            in_place=False,
+            why=why,
+            index_map=imap,
+            packed_shape=tuple(pshape),
+            reindex_dims=tuple(used),
+            copied=_prod(pshape),
         )
 
     if o.layout == "any":
@@ -817,13 +843,17 @@ def _operand_plan(
         if not (isinstance(idx, Var) and idx is var):
             plain = False
         pos.append(p)
-    if padded and not all(isinstance(i, Var | IntImm) for i in load.indices):
-        return transform(f"padding (pad_einsum) needs {buf.name} indexed by plain iterators")
+    pad_dims = [i for i in load.indices if any(v.name in padded for v in free_vars(i))]
+    if any(not isinstance(i, Var) for i in pad_dims) or (
+        pad_dims and o.is_written and not all(isinstance(i, Var | IntImm) for i in load.indices)
+    ):
+        return transform(f"padding (pad_einsum) needs each padded iterator to index {buf.name} alone")
     # the buffer as the tile sees it (padding grows the dimensions of padded plain iterators)
     eff = list(shape)
     for p, idx in enumerate(load.indices):
         if isinstance(idx, Var) and idx.name in mapped and mapped[idx.name].padding:
             eff[p] = mapped[idx.name].padded_extent
+    copied = _prod(eff) if pad_dims else 0  # pad_einsum's padded copy
     r, ndim = len(dims), len(eff)
     strides = _strides(eff)
     if o.layout == "contiguous":
@@ -852,6 +882,7 @@ def _operand_plan(
         return OperandPlan(
             **base,
             in_place=True,
+            copied=copied,
             why=f"each {list(o.shape)} tile is a dense block of dims {pos} of {buf.name}",
         )
     # strided_rows: dense innermost dimension, increasing dimension order
@@ -861,4 +892,4 @@ def _operand_plan(
         rs = strides[pos[-2]]
         if (isinstance(o.row_stride, int) and rs != o.row_stride) or rs % o.row_stride_multiple:
             return transform(f"{buf.name}'s row stride {rs} does not meet the intrinsic's row stride rule")
-    return OperandPlan(**base, in_place=True, why=f"rows are dims {pos} of {buf.name}, innermost dense")
+    return OperandPlan(**base, in_place=True, copied=copied, why=f"rows are dims {pos} of {buf.name}, innermost dense")
