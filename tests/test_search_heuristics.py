@@ -144,3 +144,12 @@ def test_analytic_candidates_alternate_inline_and_root_padding():
     search = EvolutionarySearch(space, CostModel(seed=0), SearchConfig(), 0, LocalEvaluator(space))
     want = [t.as_json_text() for t in heuristic_traces(space.traces[0], gemm.func, ZNVER4, variants=2, seed=5)]
     assert [t.as_json_text() for t in search._analytic_traces(space.traces[0], 2, seed=5)] == want
+
+
+def test_mid_tile_sits_above_the_reduction():
+    """The mid tile (S1) is above R0 and S2 is 1, so one register tile's init and accumulation
+    run back to back (a 1x1 convolution: [7, 8, 1, 1] rows, not [7, 1, 8, 1])."""
+    wl = workloads.get("C2D", 1, "float32")  # 56x56x64 -> 64, 1x1
+    space = DesignSpace(wl.func, ZNVER4)
+    h, w, co, rc = tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4))
+    assert (h, w, co, rc) == ([7, 8, 1, 1], [7, 2, 1, 4], [1, 1, 1, 64], [2, 32])
