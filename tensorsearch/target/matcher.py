@@ -202,8 +202,9 @@ class Mapping:
         the staging copies write (a gather under padding guards runs about an element per
         instruction, as an intrinsic call does a whole tile), over the unpadded calls. C2D with 3
         input channels, 7x7, 112x112 outputs: ``k <- rc`` pads 3 -> 4 (1.33 calls) and copies the
-        padded input, 230 * 230 * 4 elements (0.09), about 1.43 in all; ``k <- rh * rw * rc``
-        wastes little (1.007) but gathers 112 * 112 * 148 elements (1.0), about 2.0."""
+        padded input and the packed weight, 224,144 elements (0.12), 1.45 in all;
+        ``k <- rh * rw * rc`` wastes little (1.007) but gathers 112 * 112 * 148 elements (1.01),
+        2.02."""
         outer = _prod(ext for name, ext, _ in self.block_iters if name not in self.iter_map)
         per_call = _prod(m.intrin_extent for m in self.iterators)
         useful = outer * _prod(m.workload_extent for m in self.iterators) / per_call
