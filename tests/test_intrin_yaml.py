@@ -28,8 +28,16 @@ from tensorsearch.interpreter import interpret
 from tensorsearch.intrin import CudaImpl, Intrinsic, IntrinsicError, IntrinsicSet, LLVMImpl, load_intrinsic
 from tensorsearch.ir import IterType
 
-SHIPPED_HARDWARE = ("x86-znver4", "x86-emeraldrapids", "x86-cascadelake", "arm-graviton2", "nvidia-sm86", "nvidia-sm90")
-SHIPPED_SETS = ("x86-avx512-vnni", "arm-neon-dotprod", "cuda-wmma-f16", "cuda-wmma-s8")
+SHIPPED_HARDWARE = (
+    "x86-znver4",
+    "x86-emeraldrapids",
+    "x86-cascadelake",
+    "arm-graviton2",
+    "arm-neoverse-v1",
+    "nvidia-sm86",
+    "nvidia-sm90",
+)
+SHIPPED_SETS = ("x86-avx512-vnni", "arm-neon-dotprod", "arm-neon-i8mm", "cuda-wmma-f16", "cuda-wmma-s8")
 VNNI = "vnni_dot_16x4_u8i8i32"
 
 
@@ -52,6 +60,11 @@ def test_every_shipped_descriptor_and_set_loads():
     for cpu in ("x86-znver4", "x86-emeraldrapids", "x86-cascadelake"):
         assert offered[cpu] == [VNNI]
     assert offered["arm-graviton2"] == ["neon_sdot_4x4_i8i8i32", "neon_udot_4x4_u8u8u32"]
+    assert offered["arm-neoverse-v1"][:3] == [
+        "neon_smmla_2x2x8_i8i8i32",
+        "neon_ummla_2x2x8_u8u8u32",
+        "neon_usmmla_2x2x8_u8i8i32",
+    ]
     for gpu in ("nvidia-sm86", "nvidia-sm90"):
         assert {"wmma_mma_16x16x16_f16f32", "wmma_mma_16x16x16_f16f16", "wmma_mma_16x16x16_s8s32"} <= set(offered[gpu])
 
