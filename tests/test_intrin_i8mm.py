@@ -1,5 +1,5 @@
 """ARM's int8 matrix multiply (FEAT_I8MM: smmla, ummla, usmmla) written as YAML only
-(intrinsics/arm-neon-i8mm.yaml, hardware/arm-neoverse-v1.yaml): each unit's semantics verified
+(intrinsics/arm-i8mm.yaml, hardware/arm-neoverse-v1.yaml): each unit's semantics verified
 under qemu, a GEMM tiled with it, tensorized and compiled (its assembly has the instruction) and
 run under qemu-aarch64 against numpy on fresh random inputs; the design space picks it for an
 int8 GEMM. A test that runs aarch64 code skips with the reason when qemu or the cross compiler is
@@ -71,7 +71,7 @@ def test_a_unit_with_its_output_transposed_is_refused_under_qemu(tmp_path):
     instruction shows."""
     _needs_qemu()
     text = open(V1.intrinsic_sets[0].source).read()
-    wrong = text.replace("name: arm-neon-i8mm", "name: my-i8mm").replace(
+    wrong = text.replace("name: arm-i8mm", "name: my-i8mm").replace(
         "semantics: C[i, j] += cast(int32, A[i, k]) * cast(int32, B[j, k])\n    llvm:\n      intrinsic: llvm.aarch64.neon.smmla",
         "semantics: C[i, j] += cast(int32, A[j, k]) * cast(int32, B[i, k])\n    llvm:\n      intrinsic: llvm.aarch64.neon.smmla",
     )

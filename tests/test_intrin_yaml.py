@@ -37,7 +37,7 @@ SHIPPED_HARDWARE = (
     "nvidia-sm86",
     "nvidia-sm90",
 )
-SHIPPED_SETS = ("x86-avx512-vnni", "arm-neon-dotprod", "arm-neon-i8mm", "cuda-wmma-f16", "cuda-wmma-s8")
+SHIPPED_SETS = ("x86-avx512-vnni", "arm-neon-dotprod", "arm-i8mm", "cuda-wmma-f16", "cuda-wmma-s8")
 VNNI = "vnni_dot_16x4_u8i8i32"
 
 
