@@ -51,6 +51,7 @@ from ..ir import (
     seq,
     substitute,
 )
+from ..target.matcher import non_plain_padded_index
 from .analysis import loop_domains
 from .errors import InvalidArgument, LoopKindError, LoopStructureError, NotAffineBinding, NotReductionBlock
 from .rv import BlockRV, LoopRV
@@ -933,11 +934,11 @@ def _check_padded_indices(
     output a padded iterator indexes is copied back whole, so its indices are plain iterators or
     constants."""
     for buf, idx in accesses.items():
-        touched = [i for i in idx if any(v in padded for v in free_vars(i))]
-        for i in touched:
-            if not (isinstance(i, Var) and i in padded):
-                name = next(v.name for v in free_vars(i) if v in padded)
-                raise err(f"pads iterator {name}, which indexes {buf.name} inside the expression {i}, not alone")
+        bad = non_plain_padded_index(idx, padded.__contains__)
+        if bad is not None:
+            name = next(v.name for v in free_vars(bad) if v in padded)
+            raise err(f"pads iterator {name}, which indexes {buf.name} inside the expression {bad}, not alone")
+        touched = any(v in padded for i in idx for v in free_vars(i))
         if touched and buf in outputs and not all(isinstance(i, Var | IntImm) for i in idx):
             raise err(
                 f"pads its output {buf.name}, which it writes at indices that are not plain iterators or constants"

@@ -56,7 +56,6 @@ from typing import Any
 from .. import arith
 from ..arith.region import contiguity_error, region_strides
 from ..ir import (
-    Add,
     Block,
     BlockRealize,
     Broadcast,
@@ -71,7 +70,6 @@ from ..ir import (
     For,
     IntImm,
     MatchBufferRegion,
-    Mul,
     PrimExpr,
     Ramp,
     Range,
@@ -83,6 +81,7 @@ from ..ir import (
 from ..ir.functor import free_vars
 from ..target import Hardware, Intrinsic, IntrinsicSet, Unit
 from ..target.intrinsics import CudaImpl, LLVMImpl
+from ..target.matcher import COMMUTATIVE
 from .errors import InvalidArgument, ScheduleError
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
@@ -333,7 +332,7 @@ def match_intrinsic(outer: Block, intr: Intrinsic, err: Callable[[str], Exceptio
     if not isinstance(w_store, BufferStore):
         raise err(f"the inner block {inner.name} must be one store, found a {type(w_store).__name__}")
     assert isinstance(d_store, BufferStore)
-    # the tile's products and sums in every operand order (the description's `A[k] * B[i, k]`
+    # the tile's commutative operations in every operand order (the description's `A[k] * B[i, k]`
     # against a tile that reads `B[...] * A[...]`, as the matcher's swapped bindings make them)
     first: str | None = None
     for value in _commuted(w_store.value):
@@ -349,11 +348,11 @@ class _TileMismatch(Exception):
 
 
 def _commuted(value: PrimExpr, limit: int = 8) -> list[PrimExpr]:
-    """``value`` first, then the same expression with the operands of its additions and
-    multiplications swapped, at most ``limit`` orders."""
+    """``value`` first, then the same expression with the operands of its commutative operations
+    (the matcher's: ``+ * min max``) swapped, at most ``limit`` orders."""
     if isinstance(value, Cast):
         return [Cast(value.dtype, v) for v in _commuted(value.value, limit)]
-    if not isinstance(value, Add | Mul):
+    if not isinstance(value, COMMUTATIVE):
         return [value]
     out: list[PrimExpr] = []
     for a in _commuted(value.a, limit):

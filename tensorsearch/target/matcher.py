@@ -297,6 +297,16 @@ class _NoMatch(Exception):
     pass
 
 
+COMMUTATIVE = (Add, Mul, Min, Max)  # the operations whose operands match in either order
+
+
+def non_plain_padded_index(indices: Any, padded: Any) -> PrimExpr | None:
+    """The first of ``indices`` a padded iterator (``padded(var)`` true) appears in other than
+    alone (``h * 2 + rh`` when ``rh`` is padded), or None. ``pad_einsum`` grows only the
+    dimensions a padded iterator indexes alone."""
+    return next((i for i in indices if not isinstance(i, Var) and any(padded(v) for v in free_vars(i))), None)
+
+
 def _describe(e: PrimExpr) -> str:
     return type(e).__name__ if not isinstance(e, BufferLoad) else f"a load of {e.buffer.name}"
 
@@ -325,9 +335,9 @@ def _match_expr(p: PrimExpr, w: PrimExpr, bind: dict[str, BufferLoad], diffs: li
         return [({**bind, name: w}, diffs)]
     if isinstance(p, IntImm | FloatImm):
         return [(bind, diffs)] if isinstance(w, IntImm | FloatImm) and float(w.value) == float(p.value) else []
-    if type(p) is not type(w) or not isinstance(p, Add | Sub | Mul | Min | Max):
+    if type(p) is not type(w) or not isinstance(p, (Sub, *COMMUTATIVE)):
         return []
-    orders = [(w.a, w.b)] + ([(w.b, w.a)] if isinstance(p, Add | Mul | Min | Max) else [])
+    orders = [(w.a, w.b)] + ([(w.b, w.a)] if isinstance(p, COMMUTATIVE) else [])
     out = []
     for wa, wb in orders:
         for b1, d1 in _match_expr(p.a, wa, bind, diffs):
@@ -845,7 +855,7 @@ def _operand_plan(
             plain = False
         pos.append(p)
     pad_dims = [i for i in load.indices if any(v.name in padded for v in free_vars(i))]
-    if any(not isinstance(i, Var) for i in pad_dims) or (
+    if non_plain_padded_index(load.indices, lambda v: v.name in padded) is not None or (
         pad_dims and o.is_written and not all(isinstance(i, Var | IntImm) for i in load.indices)
     ):
         return transform(f"padding (pad_einsum) needs each padded iterator to index {buf.name} alone")
