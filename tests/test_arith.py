@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -345,6 +346,28 @@ def test_int_set_contains_values(e, pts, relaxed):
         assert lo <= v <= hi, (e, st_, env)
     if len(relaxed) == 3 and st_.is_bounded:
         assert isinstance(st_.min_value, IntImm) and isinstance(st_.max_value, IntImm)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(-5, 5), min_size=3, max_size=3),
+    st.integers(-9, 9),
+    points,
+    st.sampled_from([(i, j), (j, k), (i, j, k), (k,)]),
+)
+def test_int_set_of_a_linear_form_is_exact(coefs, const, pts, relaxed):
+    # sum(c * v) + const: each relaxed variable's term goes to the end of its range that gives
+    # the least (greatest) value, the others stay symbolic; both ends are reached
+    e = c(const)
+    for v, coef in zip(VARS, coefs):
+        e = e + v * coef
+    bounds = eval_int_set(e, {v: DOM[v] for v in relaxed})
+    for p in pts:
+        env = dict(zip(VARS, p))
+        values = []
+        for inner in itertools.product(*(range(LO_HI[v][0], LO_HI[v][1] + 1) for v in relaxed)):
+            values.append(ev(e, {**env, **dict(zip(relaxed, inner))}))
+        assert (ev(bounds.min_value, env), ev(bounds.max_value, env)) == (min(values), max(values)), (e, bounds)
 
 
 @settings(max_examples=200, deadline=None)

@@ -791,6 +791,21 @@ def test_sample_compute_location_candidates_and_replay():
                 sch.get(loc)
 
 
+def test_compute_at_after_sampling_applies_what_the_check_built():
+    # the sampler's legality check builds the program; compute_at (preserve_unit_loops False, as
+    # RandomComputeLocation calls it) takes that program, the same as a compute_at of its own
+    for decision in (0, 1, 3):
+        sch = Schedule(GEMM_BIAS, seed=1)
+        c = sch.get_block("C")
+        loc = sch.sample_compute_location(c, decision=decision)
+        sch.compute_at(c, loc, preserve_unit_loops=False)
+        plain = Schedule(GEMM_BIAS)
+        target = plain.get_loops(plain.get_block("D"))[decision]
+        plain.compute_at(plain.get_block("C"), target, preserve_unit_loops=False)
+        assert_program(sch.func, plain.func.script())
+        check_same_results(GEMM_BIAS, sch.func)
+
+
 def test_sample_compute_location_inline_and_root():
     sch = Schedule(CHAIN)
     b = sch.get_block("B")

@@ -35,7 +35,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.functor import free_vars
-from .simplify import NEG_INF, POS_INF, _imm, _Simplifier
+from .simplify import NEG_INF, POS_INF, _imm, _Lin, _Simplifier
 
 
 @dataclass(frozen=True)
@@ -156,10 +156,35 @@ class _SetEval:
             return self.visit(e)
         if t is IntImm:  # ... and a constant equal to itself
             return IntervalSet.single_point(e)
+        if e.dtype.is_integer and e.dtype.lanes == 1:
+            fast = self._linear(self.s.lin(e))
+            if fast is not None:
+                return fast
         e = self.s.simplify(e)
         if e.dtype.lanes == 1 and not any(v in self.dom and v not in self.busy for v in free_vars(e)):
             return IntervalSet.single_point(e)
         return self.visit(e)
+
+    def _linear(self, lin: _Lin) -> IntervalSet | None:
+        """The interval of ``sum(c * v) + const`` whose terms are variables, each relaxed one over a
+        constant range: the relaxed terms go to their ends, the others stay (None for any other form).
+
+        ``i*4 + j`` with ``j`` in ``[0, 4)`` -> ``[i*4, i*4 + 3]``: what the general walk gives, without it.
+        """
+        lo, hi = lin.const, lin.const
+        kept: dict[PrimExpr, int] = {}
+        for v, c in lin.terms.items():
+            if type(v) is not Var:
+                return None
+            if v not in self.dom or v in self.busy:
+                kept[v] = c
+                continue
+            r = self.dom[v]
+            if not _is_constant_range(r):
+                return None
+            a, b = r.min.value * c, (r.min.value + r.extent.value - 1) * c
+            lo, hi = lo + min(a, b), hi + max(a, b)
+        return IntervalSet(_Lin(lin.dtype, kept, lo).to_expr(), _Lin(lin.dtype, dict(kept), hi).to_expr())
 
     def visit(self, e: PrimExpr) -> IntervalSet:
         t = type(e)

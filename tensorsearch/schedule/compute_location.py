@@ -11,6 +11,7 @@ reverse_compute_inline and sample_compute_location (TVM semantics).
 from __future__ import annotations
 
 import functools
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace as dc_replace
 from typing import Any
@@ -334,6 +335,30 @@ def _thread_loops_shared(block: Block, outer_loops: list[For]) -> list[For]:
     return [f for f in outer_loops if (f.thread_binding or "").startswith("threadIdx.")]
 
 
+def _remember_recent(fn: Callable[..., PrimFunc]) -> Callable[..., PrimFunc]:
+    """``fn(func, loc, ...)`` remembered for its last few successful calls by the identity of the
+    program and of the located statements (the IR is immutable; an entry keeps them alive), so that
+    a legality check that builds the result (``sample_compute_location``'s) and the primitive that
+    then applies it build it once. A refusal is not remembered: it runs again and raises."""
+    recent: OrderedDict[tuple, tuple[tuple, PrimFunc]] = OrderedDict()
+
+    @functools.wraps(fn)
+    def wrapper(func: PrimFunc, *args: Any) -> PrimFunc:
+        alive = (func, *(a.node if isinstance(a, Located) else a for a in args))
+        key = tuple(id(x) if isinstance(x, PrimFunc | Stmt) else x for x in alive)
+        hit = recent.get(key)
+        if hit is not None and all(a is b for a, b in zip(hit[0], alive, strict=True)):
+            return hit[1]
+        out = fn(func, *args)
+        recent[key] = (alive, out)
+        if len(recent) > 32:
+            recent.popitem(last=False)
+        return out
+
+    return wrapper
+
+
+@_remember_recent
 def _compute_at_func(
     func: PrimFunc,
     loc: Located,
@@ -521,6 +546,7 @@ def _inline_body_reason(block: Block) -> str | None:
     return None
 
 
+@_remember_recent
 def _compute_inline_func(func: PrimFunc, loc: Located) -> PrimFunc:
     block = loc.node
     assert isinstance(block, Block)
@@ -918,7 +944,9 @@ class ComputeLocationPrimitives(ScheduleState):
         def can_compute_at(loop: For) -> bool:
             loop_loc = next(x for x in walk_stmts(func.body) if x.node is loop)
             try:
-                _compute_at_func(func, loc, loop_loc, True, -1, True)
+                # preserve_unit_loops does not change legality; False is what RandomComputeLocation
+                # then applies, so that compute_at finds the program this check built
+                _compute_at_func(func, loc, loop_loc, False, -1, True)
             except ScheduleError:
                 return False
             return True
