@@ -394,7 +394,6 @@ def _cover_reason(
     loops = [n for n in cpath if isinstance(n, For)]
     outer = [] if lca is None else loops[: next(i for i, n in enumerate(loops) if n is lca) + 1]
     dom = loop_domains(outer)
-    consumed = relax_region(unbind_region(read, consumer), loop_domains(_loops_below(cpath, lca)))
     produced: list[IntervalSet] | None = None
     for producer, ppath in producers:
         relax = loop_domains(_loops_below(ppath, lca))
@@ -403,6 +402,9 @@ def _cover_reason(
                 sets = relax_region(unbind_region(w, producer), relax)
                 produced = sets if produced is None else _hull_sets(produced, sets, dom)
     assert produced is not None
+    if _whole_buffer(produced, buf):
+        return None  # whatever the consumer reads inside the buffer is written
+    consumed = relax_region(unbind_region(read, consumer), loop_domains(_loops_below(cpath, lca)))
     if region_covers(produced, consumed, buf, dom):
         return None
     names = ", ".join(p.block.name for p, _ in producers)
@@ -411,6 +413,17 @@ def _cover_reason(
         f"block {consumer.block.name} reads {show_sets(buf, consumed)} but its producer(s) {names} "
         f"write only {show_sets(buf, produced)} {where} (region cover)"
     )
+
+
+def _whole_buffer(sets: list[IntervalSet], buf: Buffer) -> bool:
+    """Whether ``sets`` are the constant intervals ``[0, extent - 1]`` of every dimension of ``buf``."""
+    for s, extent in zip(sets, buf.shape, strict=True):
+        lo, hi = s.min_value, s.max_value
+        if not (type(lo) is IntImm and lo.value == 0 and type(hi) is IntImm and type(extent) is IntImm):
+            return False
+        if hi.value != extent.value - 1:
+            return False
+    return True
 
 
 def show_sets(buf: Buffer, sets: list[IntervalSet]) -> str:

@@ -95,14 +95,52 @@ def _find(stmt: Stmt, match: Callable[[Stmt], bool]) -> Located | None:
     return None
 
 
+class _Index:
+    """Every Block by name and every For by loop variable (the first in pre-order), located."""
+
+    __slots__ = ("blocks", "body", "loops")
+
+    def __init__(self, body: Stmt) -> None:
+        self.body = body  # keeps the program alive while its identity keys the cache
+        self.blocks: dict[str, Located] = {}
+        self.loops: dict[int, Located] = {}
+        stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(body, (body,))]
+        while stack:
+            node, p = stack.pop()
+            t = type(node)
+            if t is Block:
+                self.blocks.setdefault(node.name, Located(node, p))
+            elif t is For:
+                self.loops.setdefault(id(node.loop_var), Located(node, p))
+            for child in reversed(stmt_children(node)):
+                stack.append((child, (*p, child)))
+
+
+_RECENT_INDEXES: dict[int, _Index] = {}
+
+
+def _index(func: PrimFunc) -> _Index:
+    """The index of ``func``'s body, built once for the last few programs looked into (a
+    primitive and the lookups around it ask several times of one program)."""
+    body = func.body
+    idx = _RECENT_INDEXES.get(id(body))
+    if idx is None or idx.body is not body:
+        idx = _Index(body)
+        if len(_RECENT_INDEXES) >= 8:
+            del _RECENT_INDEXES[next(iter(_RECENT_INDEXES))]
+        _RECENT_INDEXES[id(body)] = idx
+    return idx
+
+
 def find_block(func: PrimFunc, name: str) -> Located | None:
     """The Block named ``name`` (its path ends ``..., BlockRealize, Block``)."""
-    return _find(func.body, lambda n: type(n) is Block and n.name == name)
+    return _index(func).blocks.get(name)
 
 
 def find_loop(func: PrimFunc, var: Var) -> Located | None:
     """The For whose loop variable is ``var``."""
-    return _find(func.body, lambda n: type(n) is For and n.loop_var is var)
+    loc = _index(func).loops.get(id(var))
+    return loc if loc is not None and loc.node.loop_var is var else None
 
 
 def enclosing_block(path: tuple[Stmt, ...]) -> Block | None:
