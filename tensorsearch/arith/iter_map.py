@@ -45,8 +45,8 @@ from ..ir.expr import (
     Sub,
     Var,
 )
-from ..ir.functor import free_vars
-from .simplify import simplify
+from ..ir.functor import children, free_vars
+from .simplify import _imm, simplify
 
 # ---------------------------------------------------------------------------------------
 # the structured form
@@ -155,6 +155,11 @@ def _const(e: PrimExpr) -> int | None:
     return e.value if isinstance(e, IntImm) else None
 
 
+def _const_value(e: PrimExpr) -> int | None:
+    """The value of ``e`` when it simplifies to a constant."""
+    return e.value if type(e) is IntImm else _const(simplify(e))
+
+
 # ---------------------------------------------------------------------------------------
 # rewriting expressions to IterSums
 
@@ -165,7 +170,7 @@ class _Rewriter:
         self.simplify_trivial = simplify_trivial
         self.bounds: dict[Var, tuple[int, int]] = {}  # var -> (min, extent)
         for v, r in input_iters.items():
-            mn, ext = _const(simplify(r.min)), _const(simplify(r.extent))
+            mn, ext = _const_value(r.min), _const_value(r.extent)
             if mn is None or ext is None:
                 raise _Fail(f"iterator {v.name} has a non-constant range [{r.min}, {r.min} + {r.extent})")
             if ext < 1:
@@ -174,8 +179,10 @@ class _Rewriter:
         self.marks: dict[Var, IterMark] = {}
         self.fused: dict[tuple, IterMark] = {}  # normalized args of a fusion -> its mark
         self.padded: list[tuple[IterMark, PrimExpr]] = []  # marks cut by the predicate
+        self.uses: dict[int, tuple[PrimExpr, bool]] = {}  # id -> (expression kept alive, uses an iterator)
 
     def make_marks(self) -> None:
+        self.uses.clear()
         for v, (mn, ext) in self.bounds.items():
             self.marks[v] = IterMark(v, ext, mn)
 
@@ -192,12 +199,32 @@ class _Rewriter:
             scale = s.scale * sign + (old.scale if old is not None else 0)
             merged[s.key()] = IterSplit(s.source, s.lower_factor, s.extent, scale)
         args = tuple(s for s in merged.values() if s.scale != 0)
-        base = simplify(a.base + b.base if sign > 0 else a.base - b.base)
-        return IterSum(args, base)
+        x, y = a.base, b.base
+        if type(x) is IntImm and type(y) is IntImm and x.dtype == y.dtype:
+            return IterSum(args, _imm(x.value + sign * y.value, x.dtype))
+        return IterSum(args, simplify(x + y if sign > 0 else x - y))
 
     def scale(self, a: IterSum, c: int) -> IterSum:
         args = tuple(IterSplit(s.source, s.lower_factor, s.extent, s.scale * c) for s in a.args) if c else ()
-        return IterSum(args, simplify(a.base * c))
+        x = a.base
+        if type(x) is IntImm:
+            return IterSum(args, _imm(x.value * c, x.dtype))
+        return IterSum(args, simplify(x * c))
+
+    def uses_iterators(self, e: PrimExpr) -> bool:
+        """Whether ``e`` uses an input iterator (remembered per sub-expression, which the rewrite
+        visits top-down: asking free_vars at every level would walk each one again)."""
+        hit = self.uses.get(id(e))
+        if hit is None:
+            t = type(e)
+            if t is Var:
+                found = e in self.marks
+            elif t is IntImm:
+                found = False
+            else:
+                found = any(self.uses_iterators(c) for c in children(e) if isinstance(c, PrimExpr))
+            hit = self.uses[id(e)] = (e, found)
+        return hit[1]
 
     def visit(self, e: PrimExpr) -> IterSum:
         t = type(e)
@@ -210,7 +237,7 @@ class _Rewriter:
             if mark.extent == 1 and self.simplify_trivial:
                 return IterSum((), IntImm(e.dtype, mark.min))
             return IterSum((IterSplit(mark, 1, mark.extent, 1),), IntImm(e.dtype, mark.min))
-        if not any(v in self.marks for v in free_vars(e)):
+        if not self.uses_iterators(e):
             return IterSum((), e)
         if t is Add or t is Sub:
             return self.add(self.visit(e.a), self.visit(e.b), 1 if t is Add else -1)
@@ -238,7 +265,7 @@ class _Rewriter:
         base = _const(a.base)
         if base is None:
             raise _Fail(f"{e} divides an iterator expression with the symbolic offset {a.base}")
-        split = self.fuse(list(a.args), str(e.a))
+        split = self.fuse(list(a.args), e.a)
         if base % c:
             raise _Fail(f"{e}: the offset {base} of {e.a} is not a multiple of the divisor {c}")
         if t is FloorDiv:
@@ -274,7 +301,7 @@ class _Rewriter:
         raise _Fail(f"{e}: the extent {s.extent} of {_split_expr(s)} is not divisible by {k}")
 
     # -- fusion -------------------------------------------------------------------------
-    def chain(self, args: list[IterSplit], what: str) -> tuple[list[IterSplit], int]:
+    def chain(self, args: list[IterSplit], what: object) -> tuple[list[IterSplit], int]:
         """Order ``args`` by increasing scale so each scale is the previous scale times extent."""
         for a in args:
             if a.scale <= 0:
@@ -304,7 +331,7 @@ class _Rewriter:
             ordered.insert(pos, u)
         return ordered, base_scale
 
-    def fuse(self, args: list[IterSplit], what: str) -> IterSplit:
+    def fuse(self, args: list[IterSplit], what: object) -> IterSplit:
         """One split equal to ``sum(args)`` (a split of a new or existing fused mark)."""
         ordered, base_scale = self.chain(args, what)
         if len(ordered) == 1:
@@ -361,10 +388,11 @@ class _Rewriter:
     def bound_var(self, cond: PrimExpr) -> None:
         (v,) = [v for v in free_vars(cond) if v in self.bounds]
         saved, self.marks = self.marks, {v: IterMark(v, self.bounds[v][1], self.bounds[v][0])}
+        saved_uses, self.uses = self.uses, {}  # what uses an iterator depends on the marks
         try:
             s, bound = self.upper_form(cond)
         finally:
-            self.marks = saved
+            self.marks, self.uses = saved, saved_uses
         mn, ext = self.bounds[v]
         if len(s.args) != 1 or s.args[0].lower_factor != 1:
             raise _Fail(f"the predicate {cond} is not a bound on iterator {v.name}")
@@ -376,7 +404,7 @@ class _Rewriter:
 
     def bound_sum(self, cond: PrimExpr) -> None:
         s, bound = self.upper_form(cond)
-        split = self.fuse(list(s.args), str(cond))
+        split = self.fuse(list(s.args), cond)
         mark = split.source
         if split.lower_factor != 1 or split.extent != mark.extent or isinstance(mark.source, Var):
             raise _Fail(f"the predicate {cond} does not bound a fused iterator")
@@ -506,7 +534,7 @@ def _detect(
         for e in indices:
             s = rw.visit(simplify(e))
             if len(s.args) > 1:
-                s = IterSum((rw.fuse(list(s.args), str(e)),), s.base)
+                s = IterSum((rw.fuse(list(s.args), e),), s.base)
             elif s.args and s.args[0].scale < 0:
                 raise _Fail(f"{e} has the negative coefficient {s.args[0].scale}")
             out.append(s)

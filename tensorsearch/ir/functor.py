@@ -21,7 +21,7 @@ from functools import cache
 from typing import Any
 
 from .expr import FloatImm, IntImm, Node, PrimExpr, Var
-from .stmt import Buffer
+from .stmt import Buffer, Stmt
 
 _LEAVES = (Var, Buffer)
 
@@ -142,6 +142,17 @@ class Mutator:
 
     def generic_visit(self, node: Node) -> Any:
         return map_children(node, self.visit)
+
+
+class StmtMutator(Mutator):
+    """A Mutator that visits statements only: expressions, regions and the other non-statement
+    nodes are kept as they are (no statement lies inside them), so a pass that rewrites blocks
+    or loops does not walk every expression."""
+
+    def visit(self, node: Node) -> Any:
+        if not isinstance(node, Stmt):
+            return node
+        return super().visit(node)
 
 
 def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:

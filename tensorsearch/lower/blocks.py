@@ -7,7 +7,7 @@ from typing import Any
 from .. import arith
 from ..ir.dtype import int32
 from ..ir.expr import EQ, BufferLoad, FloorDiv, FloorMod, IntImm, PrimExpr, Var, logical_and
-from ..ir.functor import Mutator, post_order_visit, substitute
+from ..ir.functor import Mutator, StmtMutator, post_order_visit, substitute
 from ..ir.stmt import (
     Allocate,
     Block,
@@ -51,7 +51,7 @@ def _init_to_if(block: Block) -> Block:
     )
 
 
-class _LowerInit(Mutator):
+class _LowerInit(StmtMutator):
     def visit_Block(self, op: Block) -> Block:
         return _init_to_if(self.generic_visit(op))
 

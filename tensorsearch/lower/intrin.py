@@ -38,6 +38,7 @@ from ..ir import (
     PrimFunc,
     Ramp,
     Range,
+    StmtMutator,
     post_order_visit,
 )
 from .common import LoweringError, as_dtype, is_const
@@ -111,7 +112,7 @@ def _only_unit_ramps(body: Any, buf: Buffer) -> bool:
     return bool(found) and all(found)
 
 
-class _LowerIntrin(Mutator):
+class _LowerIntrin(StmtMutator):
     def visit_Block(self, op: Block) -> Any:
         op = self.generic_visit(op)
         keep = []
