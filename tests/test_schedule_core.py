@@ -188,3 +188,22 @@ def test_cli_show_with_trace(tmp_path, capsys):
 def test_block_rv_type():
     sch = Schedule(C2D)
     assert isinstance(sch.get_block("PadInput"), BlockRV)
+
+
+def test_tree_replace_rebuilds_only_the_paths_to_what_it_replaces():
+    # a program with one statement object in two places: replacing it rewrites both places
+    from tensorsearch.ir import Evaluate, For, ForKind, IntImm, PrimFunc, SeqStmt, Var
+    from tensorsearch.schedule.tree import find_loop, replace
+
+    mark, new_mark = Evaluate(IntImm("int32", 1)), Evaluate(IntImm("int32", 2))
+    i, j, k = Var("i"), Var("j"), Var("k")
+    inner = For(j, 0, 4, ForKind.SERIAL, mark)
+    other = For(k, 0, 4, ForKind.SERIAL, mark)
+    func = PrimFunc((), For(i, 0, 8, ForKind.SERIAL, SeqStmt((inner, other))))
+    assert find_loop(func, j).path == (func.body, func.body.body, inner)
+    out = replace(func, {id(mark): new_mark})
+    assert out.body.body.stmts[0].body is new_mark and out.body.body.stmts[1].body is new_mark
+    # a statement in one place: its ancestors are rebuilt, its siblings shared
+    out = replace(func, {id(inner): For(j, 0, 2, ForKind.SERIAL, mark)})
+    assert out.body.body.stmts[0].extent == IntImm("int32", 2) and out.body.body.stmts[1] is other
+    assert replace(func, {id(Evaluate(IntImm("int32", 3))): None}) is func  # not in the program

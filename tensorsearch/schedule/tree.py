@@ -98,15 +98,19 @@ def _find(stmt: Stmt, match: Callable[[Stmt], bool]) -> Located | None:
 class _Index:
     """Every Block by name and every For by loop variable (the first in pre-order), located."""
 
-    __slots__ = ("blocks", "body", "loops")
+    __slots__ = ("blocks", "body", "loops", "paths", "shared")
 
     def __init__(self, body: Stmt) -> None:
         self.body = body  # keeps the program alive while its identity keys the cache
         self.blocks: dict[str, Located] = {}
         self.loops: dict[int, Located] = {}
+        self.paths: dict[int, tuple[Stmt, ...]] = {}  # every statement's (first) path, by identity
+        self.shared: set[int] = set()  # statements that occur more than once (they have several paths)
         stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(body, (body,))]
         while stack:
             node, p = stack.pop()
+            if self.paths.setdefault(id(node), p) is not p:
+                self.shared.add(id(node))
             t = type(node)
             if t is Block:
                 self.blocks.setdefault(node.name, Located(node, p))
@@ -177,8 +181,9 @@ def child_blocks(stmt: Stmt) -> list[BlockRealize]:
 
 
 class _Replace(Mutator):
-    def __init__(self, mapping: dict[int, Stmt | None]) -> None:
+    def __init__(self, mapping: dict[int, Stmt | None], on_path: set[int] | None) -> None:
         self.mapping = mapping
+        self.on_path = on_path  # the ancestors of the replaced statements (None: not known, visit all)
 
     def visit(self, node: Node):  # type: ignore[override]
         if not isinstance(node, Stmt):
@@ -186,6 +191,8 @@ class _Replace(Mutator):
         key = id(node)
         if key in self.mapping:
             return self.mapping[key]
+        if self.on_path is not None and key not in self.on_path:
+            return node  # no replaced statement below
         return super().visit(node)
 
     def generic_visit(self, node: Node) -> Node:
@@ -216,9 +223,18 @@ class _Replace(Mutator):
 def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
     """Rebuild ``func`` with each statement whose ``id`` is in ``mapping`` replaced.
 
-    A statement mapped to None is removed from its SeqStmt.
+    A statement mapped to None is removed from its SeqStmt. Only the statements on the paths
+    down to the replaced ones are visited (the program's index knows the paths).
     """
-    body = _Replace(mapping).visit(func.body)
+    index = _index(func)
+    on_path: set[int] | None = set()
+    for key in mapping:
+        path = index.paths.get(key)
+        if path is None or key in index.shared:
+            on_path = None  # not in func, or in several places: visit everything
+            break
+        on_path.update(id(n) for n in path[:-1])
+    body = _Replace(mapping, on_path).visit(func.body)
     return func if body is func.body else func.with_body(body)
 
 
