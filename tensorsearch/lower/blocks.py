@@ -7,7 +7,7 @@ from typing import Any
 from .. import arith
 from ..ir.dtype import int32
 from ..ir.expr import EQ, BufferLoad, FloorDiv, FloorMod, IntImm, PrimExpr, Var, logical_and
-from ..ir.functor import Mutator, StmtMutator, post_order_visit, substitute
+from ..ir.functor import Mutator, StmtMutator, children, substitute
 from ..ir.stmt import (
     Allocate,
     Block,
@@ -105,7 +105,9 @@ def _aligned_strides(buf: Buffer, align: dict[int, tuple[int, int]]) -> tuple[Pr
 def _collect_alignment(func: PrimFunc) -> dict[Buffer, dict[int, tuple[int, int]]]:
     out: dict[Buffer, dict[int, tuple[int, int]]] = {}
 
-    def visit(node: Any) -> None:
+    stack: list[Any] = [func.body]
+    while stack:  # statements only: no block lies inside an expression
+        node = stack.pop()
         if isinstance(node, Block):
             for key, entries in node.annotations:
                 if key != BUFFER_DIM_ALIGN:
@@ -113,8 +115,7 @@ def _collect_alignment(func: PrimFunc) -> dict[Buffer, dict[int, tuple[int, int]
                 for idx, axis, factor, offset in entries:
                     buf = node.writes[int(idx)].buffer
                     out.setdefault(buf, {})[int(axis)] = (int(factor), int(offset))
-
-    post_order_visit(func.body, visit)
+        stack.extend(c for c in children(node) if isinstance(c, Stmt))
     return out
 
 

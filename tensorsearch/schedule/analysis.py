@@ -269,19 +269,24 @@ def is_output_block(func: PrimFunc, scope: Block, block: Block) -> Buffer | None
     return None
 
 
-def loop_iter_type(loop: For) -> IterType:
+def loop_iter_type(loop: For, memo: dict[int, tuple[PrimExpr, frozenset]] | None = None) -> IterType:
     """TVM's GetLoopIterType: how the blocks directly under ``loop`` use its variable.
 
     Spatial when it only appears in bindings of spatial iterators (or nowhere), reduce when only
-    in bindings of reduce iterators, opaque otherwise.
+    in bindings of reduce iterators, opaque otherwise. ``memo`` (by the binding's identity)
+    keeps the variables of each binding across calls for the loops of one nest.
     """
+    memo = {} if memo is None else memo
     n_spatial = n_reduce = n_other = 0
     stack: list[Stmt] = [loop.body]
     while stack:
         node = stack.pop()
         if isinstance(node, BlockRealize):
             for iv, value in zip(node.block.iter_vars, node.iter_values, strict=True):
-                if loop.loop_var in free_vars(value):
+                hit = memo.get(id(value))
+                if hit is None:
+                    hit = memo[id(value)] = (value, frozenset(free_vars(value)))
+                if loop.loop_var in hit[1]:
                     if iv.iter_type == IterType.SPATIAL:
                         n_spatial += 1
                     elif iv.iter_type == IterType.REDUCE:

@@ -602,6 +602,9 @@ def _compute_inline_func(func: PrimFunc, loc: Located) -> PrimFunc:
             f"cannot inline block {block.name}: buffer {buffer.name} is accessed opaquely or matched by a block",
             block=block.name,
         )
+    if buffer in new_scope.alloc_buffers:  # the scope owns it, and nothing in it uses it now
+        new_scope = dc_replace(new_scope, alloc_buffers=tuple(b for b in new_scope.alloc_buffers if b is not buffer))
+        return replace(func, {id(scope): new_scope})
     return _drop_unused_alloc(replace(func, {id(scope): new_scope}), buffer)
 
 
@@ -972,7 +975,8 @@ class ComputeLocationPrimitives(ScheduleState):
             return out
         loops = [n for n in cpaths[0] if isinstance(n, For)]
         n_candidate = next(i for i, n in enumerate(loops) if n is boundary) + 1
-        types = [loop_iter_type(loops[i]) for i in range(n_candidate)]
+        memo: dict = {}
+        types = [loop_iter_type(loops[i], memo) for i in range(n_candidate)]
         last_datapar = max((i for i, t in enumerate(types) if t == IterType.SPATIAL), default=-1)
         visited_reduce = False
         for i in range(n_candidate):

@@ -135,9 +135,9 @@ class _RewriteRealizes(Mutator):
 
 def _simplify_realize(realize: BlockRealize, dom: dict[Var, Range], touched: set[Var]) -> BlockRealize:
     """Simplify the bindings and predicate of a realize whose expressions use a variable in ``touched``."""
-    values = tuple(simplify(v, dom) if free_vars(v) and set(free_vars(v)) & touched else v for v in realize.iter_values)
+    values = tuple(simplify(v, dom) if not touched.isdisjoint(free_vars(v)) else v for v in realize.iter_values)
     pred = realize.predicate
-    if set(free_vars(pred)) & touched:
+    if not touched.isdisjoint(free_vars(pred)):
         pred = simplify(pred, dom)
     if all(a is b for a, b in zip(values, realize.iter_values, strict=True)) and pred is realize.predicate:
         return realize

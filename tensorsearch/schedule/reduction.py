@@ -56,22 +56,24 @@ from .analysis import loop_domains
 from .errors import InvalidArgument, LoopKindError, LoopStructureError, NotAffineBinding, NotReductionBlock
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
-from .tree import Located, child_blocks, enclosing_block, find_block, find_loop, loops_above, replace, walk_stmts
+from .tree import (
+    Located,
+    child_blocks,
+    enclosing_block,
+    find_block,
+    find_loop,
+    loops_above,
+    replace,
+    stmt_uses,
+    walk_stmts,
+)
 
 # ---------------------------------------------------------------------------------------
 # helpers
 
 
 def _uses(expr: Node, variables: set[Var]) -> bool:
-    found = False
-
-    def visit(node: Node) -> None:
-        nonlocal found
-        if isinstance(node, Var) and node in variables:
-            found = True
-
-    post_order_visit(expr, visit)
-    return found
+    return stmt_uses(expr, lambda node: type(node) is Var and node in variables)
 
 
 def _vars_of(expr: Node) -> set[Var]:
