@@ -30,7 +30,7 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from .int_set import NEG_INF, POS_INF, IntervalSet, _hull, _SetEval
+from .int_set import NEG_INF, POS_INF, IntervalSet, _constant_ranges, _hull, _SetEval
 from .simplify import _Simplifier, simplify
 
 
@@ -64,13 +64,24 @@ class _Collector:
         self.writes: dict[Buffer, list[IntervalSet]] = {}
         self.local: set[Buffer] = set()
         self.matched: dict[Buffer, BufferRegion] = {}
+        self._ev: _SetEval | None = None  # the evaluator of the current domain (None after it changed)
+
+    @property
+    def ev(self) -> _SetEval:
+        """One evaluator serves every access while the domain stays the same and constant (as in
+        ``eval_int_sets``); a symbolic domain gets a fresh one each time."""
+        if self._ev is None:
+            if not _constant_ranges(self.dom):
+                return _SetEval(self.dom)
+            self._ev = _SetEval(self.dom)
+        return self._ev
 
     def relax(self, e: PrimExpr) -> IntervalSet:
-        return _SetEval(self.dom).eval(substitute(e, self.subst))
+        return self.ev.eval(substitute(e, self.subst))
 
     def add(self, table: dict, buffer: Buffer, sets: list[IntervalSet]) -> None:
         old = table.get(buffer)
-        s = _SetEval(self.dom).s
+        s = self.ev.s
         table[buffer] = sets if old is None else [_hull(s, [a, b]) for a, b in zip(old, sets)]
 
     def access(self, table: dict, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> None:
@@ -104,11 +115,13 @@ class _Collector:
             self.expr(s.extent)
             saved = self.dom.get(s.loop_var)
             self.dom[s.loop_var] = Range(substitute(s.min, self.subst), substitute(s.extent, self.subst))
+            self._ev = None
             self.stmt(s.body)
             if saved is None:
                 del self.dom[s.loop_var]
             else:
                 self.dom[s.loop_var] = saved
+            self._ev = None
         elif t is BufferStore:
             self.expr(s.value)
             for i in s.indices:

@@ -401,15 +401,15 @@ def _cover_reason(
     dom = loop_domains(outer)
     produced: list[IntervalSet] | None = None
     for producer, ppath in producers:
-        relax = loop_domains(_loops_below(ppath, lca))
+        below = _loops_below(ppath, lca)
         for w in producer.block.writes:
             if w.buffer is buf:
-                sets = relax_region(unbind_region(w, producer), relax)
+                sets = _relaxed_access(w, producer, below)
                 produced = sets if produced is None else _hull_sets(produced, sets, dom)
     assert produced is not None
     if _whole_buffer(produced, buf):
         return None  # whatever the consumer reads inside the buffer is written
-    consumed = relax_region(unbind_region(read, consumer), loop_domains(_loops_below(cpath, lca)))
+    consumed = _relaxed_access(read, consumer, _loops_below(cpath, lca))
     if region_covers(produced, consumed, buf, dom):
         return None
     names = ", ".join(p.block.name for p, _ in producers)
@@ -418,6 +418,25 @@ def _cover_reason(
         f"block {consumer.block.name} reads {show_sets(buf, consumed)} but its producer(s) {names} "
         f"write only {show_sets(buf, produced)} {where} (region cover)"
     )
+
+
+_RELAXED: dict[tuple, tuple[tuple, list[IntervalSet]]] = {}
+
+
+def _relaxed_access(region: BufferRegion, realize: BlockRealize, loops: list[For]) -> list[IntervalSet]:
+    """``relax_region`` of a block's access through its bindings over ``loops``, remembered by the
+    identity of the region and the realize (immutable; the entry keeps them alive) and the loops'
+    variables and bounds: the stage-pipeline check asks again at each primitive of a candidate
+    for the accesses the primitive did not move."""
+    key = (id(region), id(realize), tuple((id(lp.loop_var), lp.min, lp.extent) for lp in loops))
+    hit = _RELAXED.get(key)
+    if hit is not None and hit[0][0] is region and hit[0][1] is realize:
+        return hit[1]
+    sets = relax_region(unbind_region(region, realize), loop_domains(loops))
+    if len(_RELAXED) >= 1024:
+        del _RELAXED[next(iter(_RELAXED))]
+    _RELAXED[key] = ((region, realize, tuple(lp.loop_var for lp in loops)), sets)
+    return sets
 
 
 def _whole_buffer(sets: list[IntervalSet], buf: Buffer) -> bool:
