@@ -188,13 +188,24 @@ class _RemoveAndRewrite(Mutator):
             self.opaque = True
         return op
 
+    def visit_For(self, op: For) -> Stmt:
+        body = self.visit(op.body)  # loop bounds read no buffer
+        return op if body is op.body else dc_replace(op, body=body)
+
+    def visit_BlockRealize(self, op: BlockRealize) -> Stmt:
+        block = self.visit(op.block)  # bindings and predicates read no buffer
+        return op if block is op.block else dc_replace(op, block=block)
+
     def visit_Block(self, op: Block) -> Block:
+        touches = any(r.buffer is self.buffer for r in (*op.reads, *op.writes)) or any(
+            m.source.buffer is self.buffer for m in op.match_buffers
+        )
+        if not touches and op is not self.scope:
+            return op  # its regions cover every access inside it: nothing to rewrite
         new = self.generic_visit(op)
         if new is op or op is self.scope:
             return new
-        if any(r.buffer is self.buffer for r in (*op.reads, *op.writes)):
-            new = self.refresh(new)
-        return new
+        return self.refresh(new)
 
     def refresh(self, block: Block) -> Block:
         return _recompute_reads(block)
