@@ -207,3 +207,27 @@ def test_tree_replace_rebuilds_only_the_paths_to_what_it_replaces():
     out = replace(func, {id(inner): For(j, 0, 2, ForKind.SERIAL, mark)})
     assert out.body.body.stmts[0].extent == IntImm("int32", 2) and out.body.body.stmts[1] is other
     assert replace(func, {id(Evaluate(IntImm("int32", 3))): None}) is func  # not in the program
+
+
+def test_substitute_loop_vars_rewrites_bindings_not_blocks():
+    from tensorsearch.ir import BlockRealize, Var
+    from tensorsearch.schedule.tree import find_block, find_loop, substitute_loop_vars, walk_nodes
+    from tensorsearch.script import parse
+
+    func = parse("""
+@T.prim_func
+def main(A: T.Buffer((16, 4), "float32"), B: T.Buffer((16, 4), "float32")):
+    for i, j in T.grid(16, 4):
+        with T.block("B"):
+            vi, vj = T.axis.remap("SS", [i, j])
+            T.reads(A[vi, vj])
+            T.writes(B[vi, vj])
+            B[vi, vj] = A[vi, vj] * 2.0
+""")
+    block = find_block(func, "B").node
+    i = next(n for n in walk_nodes(func.body) if type(n).__name__ == "For").loop_var
+    i0, i1 = Var("i0"), Var("i1")
+    new = substitute_loop_vars(find_loop(func, i).node, {i: i0 * 4 + i1})
+    realize = next(n for n in walk_nodes(new) if type(n) is BlockRealize)
+    assert str(realize.iter_values[0]) == str(i0 * 4 + i1)
+    assert realize.block is block  # the block is shared, not rebuilt

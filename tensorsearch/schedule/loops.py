@@ -29,12 +29,11 @@ from ..ir import (
     Var,
     const,
     free_vars,
-    substitute,
 )
 from .errors import InvalidArgument, LoopKindError, LoopStructureError, NotAffineBinding
 from .rv import BlockRV, ExprRV, LoopRV
 from .state import ScheduleState, primitive
-from .tree import Located, enclosing_block, loops_above, replace, walk_stmts
+from .tree import Located, enclosing_block, loops_above, replace, substitute_loop_vars, walk_stmts
 
 # --------------------------------------------------------------------------------------
 # helpers
@@ -282,7 +281,7 @@ class LoopPrimitives(ScheduleState):
             value = term if value is None else value * f + term
         assert value is not None
         dom = {**outer, **{v: Range(const(0, dtype), f) for v, f in zip(new_vars, exprs, strict=True)}}
-        body = substitute(node.body, {node.loop_var: value})
+        body = substitute_loop_vars(node.body, {node.loop_var: value})
         guard = value < node.extent
         need_guard = not can_prove(guard, dom)
         touched = set(new_vars)
@@ -365,7 +364,7 @@ class LoopPrimitives(ScheduleState):
             rest = rest // n.extent
         dom = {**outer_dom, fused: Range(const(0, dtype), total)}
         touched = {fused}
-        body = substitute(nodes[-1].body, mapping)
+        body = substitute_loop_vars(nodes[-1].body, mapping)
         body = _RewriteRealizes(dom, lambda r, d: _simplify_realize(r, d, touched)).visit(body)
         body = _simplify_loop_bounds(body, dom, touched)
         new = For(fused, const(0, dtype), total, ForKind.SERIAL, body)

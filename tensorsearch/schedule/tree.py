@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
 from functools import cache
+from typing import Any
 
 from ..ir import (
     Block,
@@ -17,6 +18,7 @@ from ..ir import (
     For,
     Mutator,
     Node,
+    PrimExpr,
     PrimFunc,
     SeqStmt,
     Stmt,
@@ -24,6 +26,7 @@ from ..ir import (
     children,
     seq,
 )
+from ..ir.functor import _Substitute
 
 
 @dataclass(frozen=True)
@@ -236,6 +239,33 @@ def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
         on_path.update(id(n) for n in path[:-1])
     body = _Replace(mapping, on_path).visit(func.body)
     return func if body is func.body else func.with_body(body)
+
+
+def substitute_loop_vars(stmt: Stmt, mapping: dict[Var, PrimExpr]) -> Stmt:
+    """``substitute(stmt, mapping)`` for loop variables, without entering blocks: a block sees
+    the loops outside it only through its bindings (the verifier's rule), so only loop bounds,
+    bindings, predicates and the statements between loops can use them.
+
+    ``for j in range(4): with T.block("B"): vi = T.axis.spatial(16, i * 4 + j) ...`` with
+    ``{i: i0 * 2 + i1}`` -> ``vi = T.axis.spatial(16, (i0 * 2 + i1) * 4 + j)``, the block untouched.
+    """
+    if not mapping:
+        return stmt
+    return _SubstituteLoopVars(mapping.get).visit(stmt)
+
+
+class _SubstituteLoopVars(_Substitute):
+    def visit(self, node: Node) -> Any:
+        t = type(node)
+        if t is Block:
+            return node
+        if t is BlockRealize:
+            values = tuple(super(_SubstituteLoopVars, self).visit(v) for v in node.iter_values)
+            pred = super().visit(node.predicate)
+            if pred is node.predicate and all(a is b for a, b in zip(values, node.iter_values, strict=True)):
+                return node
+            return BlockRealize(values, pred, node.block)
+        return super().visit(node)
 
 
 def stmt_uses(stmt: Node, pred: Callable[[Node], bool]) -> bool:
