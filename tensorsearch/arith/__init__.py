@@ -22,7 +22,7 @@ from .iter_map import (
     subspace_divide,
 )
 from .region import detect_access_regions, region_from_points
-from .simplify import Analyzer, can_prove, can_prove_equal, const_int_bound, simplify
+from .simplify import Analyzer, can_prove, can_prove_equal, const_int_bound, simplify, simplify_all
 from .verify import VerifyError, verify
 
 __all__ = [
@@ -49,6 +49,7 @@ __all__ = [
     "normalize_iter_map_to_expr",
     "region_from_points",
     "simplify",
+    "simplify_all",
     "subspace_divide",
     "union",
     "verify",

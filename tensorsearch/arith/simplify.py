@@ -552,6 +552,13 @@ def simplify(expr: PrimExpr, dom_map: dict | None = None) -> PrimExpr:
     return _Simplifier(dom_map).simplify(expr)
 
 
+def simplify_all(exprs: list[PrimExpr] | tuple[PrimExpr, ...], dom_map: dict | None = None) -> list[PrimExpr]:
+    """``[simplify(e, dom_map) for e in exprs]`` in one context: a sub-expression the expressions
+    share (the fused index of a block's bindings, say) is linearized once."""
+    s = _Simplifier(dom_map)
+    return [s.simplify(e) for e in exprs]
+
+
 def const_int_bound(expr: PrimExpr, dom_map: dict | None = None) -> Bound:
     """Inclusive (lo, hi) Python-int bounds of an integer or bool expression; -inf/+inf when unknown.
 

@@ -12,7 +12,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..arith import can_prove, can_prove_equal, simplify
+from ..arith import can_prove, can_prove_equal, simplify, simplify_all
 from ..arith.iter_map import affine_binding_error
 from ..ir import (
     THREAD_TAGS,
@@ -134,10 +134,12 @@ class _RewriteRealizes(Mutator):
 
 def _simplify_realize(realize: BlockRealize, dom: dict[Var, Range], touched: set[Var]) -> BlockRealize:
     """Simplify the bindings and predicate of a realize whose expressions use a variable in ``touched``."""
-    values = tuple(simplify(v, dom) if not touched.isdisjoint(free_vars(v)) else v for v in realize.iter_values)
-    pred = realize.predicate
-    if not touched.isdisjoint(free_vars(pred)):
-        pred = simplify(pred, dom)
+    exprs = (*realize.iter_values, realize.predicate)
+    which = [k for k, e in enumerate(exprs) if not touched.isdisjoint(free_vars(e))]
+    new = list(exprs)
+    for k, e in zip(which, simplify_all([exprs[k] for k in which], dom), strict=True):
+        new[k] = e  # one context: the bindings share the substituted loop expressions
+    values, pred = tuple(new[:-1]), new[-1]
     if all(a is b for a, b in zip(values, realize.iter_values, strict=True)) and pred is realize.predicate:
         return realize
     return BlockRealize(values, pred, realize.block)
