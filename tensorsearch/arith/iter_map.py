@@ -46,7 +46,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.functor import children, free_vars
-from .simplify import _imm, simplify
+from .simplify import _imm, simplify, simplify_all
 
 # ---------------------------------------------------------------------------------------
 # the structured form
@@ -531,8 +531,8 @@ def _detect(
         rw = _Rewriter(input_iters, simplify_trivial_iterators)
         rw.constrain(predicate)
         out: list[IterSum] = []
-        for e in indices:
-            s = rw.visit(simplify(e))
+        for e, plain in zip(indices, simplify_all(indices), strict=True):  # one context: shared parts once
+            s = rw.visit(plain)
             if len(s.args) > 1:
                 s = IterSum((rw.fuse(list(s.args), e),), s.base)
             elif s.args and s.args[0].scale < 0:
