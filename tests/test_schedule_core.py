@@ -207,6 +207,11 @@ def test_tree_replace_rebuilds_only_the_paths_to_what_it_replaces():
     out = replace(func, {id(inner): For(j, 0, 2, ForKind.SERIAL, mark)})
     assert out.body.body.stmts[0].extent == IntImm("int32", 2) and out.body.body.stmts[1] is other
     assert replace(func, {id(Evaluate(IntImm("int32", 3))): None}) is func  # not in the program
+    # below a statement found in two places: both copies change
+    twice = For(k, 0, 2, ForKind.SERIAL, mark)
+    func = PrimFunc((), SeqStmt((For(i, 0, 8, ForKind.SERIAL, twice), For(j, 0, 8, ForKind.SERIAL, twice))))
+    out = replace(func, {id(mark): new_mark})
+    assert all(loop.body.body is new_mark for loop in out.body.stmts)
 
 
 def test_substitute_loop_vars_rewrites_bindings_not_blocks():

@@ -99,28 +99,52 @@ def _find(stmt: Stmt, match: Callable[[Stmt], bool]) -> Located | None:
 
 
 class _Index:
-    """Every Block by name and every For by loop variable (the first in pre-order), located."""
+    """Every statement's parent, and every Block by name and every For by loop variable (the
+    first in pre-order); paths are built from the parents when a statement is looked up."""
 
-    __slots__ = ("blocks", "body", "loops", "paths", "shared")
+    __slots__ = ("blocks", "body", "located", "loops", "parent", "shared")
 
     def __init__(self, body: Stmt) -> None:
         self.body = body  # keeps the program alive while its identity keys the cache
-        self.blocks: dict[str, Located] = {}
-        self.loops: dict[int, Located] = {}
-        self.paths: dict[int, tuple[Stmt, ...]] = {}  # every statement's (first) path, by identity
+        self.blocks: dict[str, Stmt] = {}
+        self.loops: dict[int, Stmt] = {}
+        self.parent: dict[int, Stmt | None] = {id(body): None}  # of a statement's first occurrence
         self.shared: set[int] = set()  # statements that occur more than once (they have several paths)
-        stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(body, (body,))]
+        self.located: dict[int, Located] = {}
+        stack: list[tuple[Stmt, bool]] = [(body, False)]
         while stack:
-            node, p = stack.pop()
-            if self.paths.setdefault(id(node), p) is not p:
-                self.shared.add(id(node))
+            node, in_shared = stack.pop()  # in_shared: below a statement that occurs more than once
             t = type(node)
             if t is Block:
-                self.blocks.setdefault(node.name, Located(node, p))
+                self.blocks.setdefault(node.name, node)
             elif t is For:
-                self.loops.setdefault(id(node.loop_var), Located(node, p))
-            for child in reversed(stmt_children(node)):
-                stack.append((child, (*p, child)))
+                self.loops.setdefault(id(node.loop_var), node)
+            kids = stmt_children(node)
+            for child in reversed(kids):
+                key = id(child)
+                seen = key in self.parent
+                if seen or in_shared:
+                    self.shared.add(key)
+                if not seen:
+                    self.parent[key] = node
+                stack.append((child, in_shared or seen))
+
+    def path(self, node: Stmt) -> tuple[Stmt, ...]:
+        """The statements from the body down to ``node`` (its first occurrence)."""
+        out = [node]
+        up = self.parent[id(node)]
+        while up is not None:
+            out.append(up)
+            up = self.parent[id(up)]
+        return tuple(reversed(out))
+
+    def locate(self, node: Stmt | None) -> Located | None:
+        if node is None:
+            return None
+        loc = self.located.get(id(node))
+        if loc is None:
+            loc = self.located[id(node)] = Located(node, self.path(node))
+        return loc
 
 
 _RECENT_INDEXES: dict[int, _Index] = {}
@@ -141,13 +165,15 @@ def _index(func: PrimFunc) -> _Index:
 
 def find_block(func: PrimFunc, name: str) -> Located | None:
     """The Block named ``name`` (its path ends ``..., BlockRealize, Block``)."""
-    return _index(func).blocks.get(name)
+    index = _index(func)
+    return index.locate(index.blocks.get(name))
 
 
 def find_loop(func: PrimFunc, var: Var) -> Located | None:
     """The For whose loop variable is ``var``."""
-    loc = _index(func).loops.get(id(var))
-    return loc if loc is not None and loc.node.loop_var is var else None
+    index = _index(func)
+    node = index.loops.get(id(var))
+    return index.locate(node) if node is not None and node.loop_var is var else None
 
 
 def enclosing_block(path: tuple[Stmt, ...]) -> Block | None:
@@ -232,11 +258,13 @@ def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
     index = _index(func)
     on_path: set[int] | None = set()
     for key in mapping:
-        path = index.paths.get(key)
-        if path is None or key in index.shared:
+        if key not in index.parent or key in index.shared:
             on_path = None  # not in func, or in several places: visit everything
             break
-        on_path.update(id(n) for n in path[:-1])
+        up = index.parent[key]
+        while up is not None and id(up) not in on_path:
+            on_path.add(id(up))
+            up = index.parent[id(up)]
     body = _Replace(mapping, on_path).visit(func.body)
     return func if body is func.body else func.with_body(body)
 
