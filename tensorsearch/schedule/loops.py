@@ -269,7 +269,8 @@ class LoopPrimitives(ScheduleState):
             inferred = simplify((node.extent + (product - 1)) // const(product, dtype), outer)
             exprs = [const(v, dtype) if v is not None else inferred for v in values]
         else:
-            if not can_prove(const(product, dtype) >= node.extent, outer):
+            exact = isinstance(node.extent, IntImm) and node.extent.value == product  # a perfect tiling
+            if not exact and not can_prove(const(product, dtype) >= node.extent, outer):
                 raise InvalidArgument(
                     f"cannot split loop {name}: the product of the factors, {product}, is less than the loop's extent {node.extent}",
                     loop=name,
@@ -285,7 +286,8 @@ class LoopPrimitives(ScheduleState):
         dom = {**outer, **{v: Range(const(0, dtype), f) for v, f in zip(new_vars, exprs, strict=True)}}
         body = substitute_loop_vars(node.body, {node.loop_var: value})
         guard = value < node.extent
-        need_guard = not can_prove(guard, dom)
+        perfect = None not in values and isinstance(node.extent, IntImm) and node.extent.value == product
+        need_guard = not perfect and not can_prove(guard, dom)  # the new loops cover the extent exactly
         touched = set(new_vars)
 
         def fix(realize: BlockRealize, d: dict[Var, Range]) -> BlockRealize:
