@@ -319,15 +319,13 @@ def relax_region(region: BufferRegion, relax: dict[Var, Range]) -> list[Interval
     return [IntervalSet(lo.min_value, hi.max_value) for lo, hi in zip(bounds[::2], bounds[1::2], strict=True)]
 
 
-def _clip(sets: list[IntervalSet], buffer: Buffer, dom: dict) -> list[IntervalSet]:
-    out = []
-    for s, extent in zip(sets, buffer.shape, strict=True):
-        zero = IntImm(extent.dtype, 0)
-        top = simplify(extent - 1)
-        lo = zero if s.min_value is NEG_INF or can_prove(s.min_value <= zero, dom) else s.min_value
-        hi = top if s.max_value is POS_INF or can_prove(s.max_value >= top, dom) else s.max_value
-        out.append(IntervalSet(lo, hi))
-    return out
+def _clip(s: IntervalSet, extent: PrimExpr, dom: dict) -> IntervalSet:
+    """``s`` within ``[0, extent - 1]`` where that is provable."""
+    zero = IntImm(extent.dtype, 0)
+    top = simplify(extent - 1)
+    lo = zero if s.min_value is NEG_INF or can_prove(s.min_value <= zero, dom) else s.min_value
+    hi = top if s.max_value is POS_INF or can_prove(s.max_value >= top, dom) else s.max_value
+    return IntervalSet(lo, hi)
 
 
 def region_covers(
@@ -335,9 +333,12 @@ def region_covers(
 ) -> bool:
     """Whether ``produced`` provably covers ``consumed`` (clipped to the buffer's shape) in every dim."""
     dom = dom or {}
-    for p, c in zip(produced, _clip(consumed, buffer, dom), strict=True):
+    for p, c, extent in zip(produced, consumed, buffer.shape, strict=True):
         if not p.is_bounded:
             return False
+        if p.min_value == c.min_value and p.max_value == c.max_value:
+            continue  # the same interval (clipping only shrinks what is read)
+        c = _clip(c, extent, dom)
         if not (can_prove(p.min_value <= c.min_value, dom) and can_prove(p.max_value >= c.max_value, dom)):
             return False
     return True
