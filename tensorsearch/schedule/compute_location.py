@@ -39,6 +39,7 @@ from ..ir import (
     SeqStmt,
     Stmt,
     Var,
+    children,
     free_vars,
     logical_and,
     post_order_visit,
@@ -132,17 +133,28 @@ def _recompute_reads(block: Block) -> Block:
 
 
 def _uses_buffer(node: Node, buffer: Buffer) -> bool:
-    found = False
+    """Whether anything below ``node`` loads, stores or names a region of ``buffer``; a block
+    below it whose regions do not name the buffer is not entered (they cover its accesses)."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        t = type(n)
+        if t is BufferLoad or t is BufferStore or t is BufferRegion:
+            if n.buffer is buffer:
+                return True
+        elif t is MatchBufferRegion:
+            if n.source.buffer is buffer:
+                return True
+        elif t is Block and n is not node and not _names_buffer(n, buffer):
+            continue
+        stack.extend(children(n))
+    return False
 
-    def visit(n: Any) -> None:
-        nonlocal found
-        if isinstance(n, BufferLoad | BufferStore) and n.buffer is buffer:
-            found = True
-        elif isinstance(n, BufferRegion) and n.buffer is buffer:
-            found = True
 
-    post_order_visit(node, visit)
-    return found
+def _names_buffer(block: Block, buffer: Buffer) -> bool:
+    return any(r.buffer is buffer for r in (*block.reads, *block.writes)) or any(
+        m.source.buffer is buffer for m in block.match_buffers
+    )
 
 
 def _drop_unused_alloc(func: PrimFunc, buffer: Buffer) -> PrimFunc:
@@ -197,10 +209,7 @@ class _RemoveAndRewrite(Mutator):
         return op if block is op.block else dc_replace(op, block=block)
 
     def visit_Block(self, op: Block) -> Block:
-        touches = any(r.buffer is self.buffer for r in (*op.reads, *op.writes)) or any(
-            m.source.buffer is self.buffer for m in op.match_buffers
-        )
-        if not touches and op is not self.scope:
+        if op is not self.scope and not _names_buffer(op, self.buffer):
             return op  # its regions cover every access inside it: nothing to rewrite
         new = self.generic_visit(op)
         if new is op or op is self.scope:
