@@ -167,6 +167,35 @@ def test_affine_binding_error():
     assert "stride 2" in affine_binding_error(realize, loops)
 
 
+def test_affine_answers_are_remembered_and_carried(monkeypatch):
+    from tensorsearch.arith import iter_map
+    from tensorsearch.schedule import Schedule
+
+    computed = []
+    work = iter_map._affine_binding_error
+    monkeypatch.setattr(iter_map, "_affine_binding_error", lambda r, d: computed.append(r) or work(r, d))
+    realize, loops = _realize("i0 * 16 + i1")
+    assert affine_binding_error(realize, loops) is None and len(computed) == 1
+    # affinity does not depend on the order of the loops: the answer is found, not worked out
+    assert affine_binding_error(realize, dict(reversed(list(loops.items())))) is None and len(computed) == 1
+    # a reason is remembered for the same loops in the same order only
+    bad, bad_loops = _realize("i0 + i1")
+    first = affine_binding_error(bad, bad_loops)
+    assert affine_binding_error(bad, bad_loops) == first and len(computed) == 2
+    affine_binding_error(bad, dict(reversed(list(bad_loops.items()))))
+    assert len(computed) == 3
+    # split (no guard) and fuse map the loops one to one: a known answer carries to the new bindings
+    sch = Schedule(parse(TILED.replace("BINDING", "i0 * 16 + i1")))
+    block = sch.get_block("B")
+    i0, i1 = sch.get_loops(block)
+    sch.reorder(i1, i0)  # checks the bindings
+    before = len(computed)
+    a, b = sch.split(i1, [4, 4])
+    sch.fuse(a, b)
+    sch.parallel(sch.get_loops(block)[0])  # checks them again: the carried answer is found
+    assert len(computed) == before
+
+
 # -- subspace division -------------------------------------------------------------------
 
 

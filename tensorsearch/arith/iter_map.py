@@ -565,7 +565,7 @@ def detect_iter_map(
     return _detect(list(indices), dict(input_iters), predicate, check_level, simplify_trivial_iterators)[0]
 
 
-_AFFINE_MEMO: dict[tuple, tuple[object, str | None]] = {}
+_AFFINE_MEMO: dict[tuple, tuple[tuple, str | None]] = {}
 _AFFINE_MEMO_SIZE = 4096
 
 
@@ -575,22 +575,60 @@ def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None
     Affine: a surjective quasi-affine map with stride 1 whose extent is the block iterator's
     domain extent.  Otherwise a sentence naming the block and the iterator.
 
-    The answer is remembered by the identity of ``realize`` (immutable; the memo keeps it alive)
-    and the loops' variables and bounds: schedule primitives ask again for every loop above a
-    block they change.
+    The answer is remembered by what it depends on: the identity of the bindings, the predicate
+    and the block's iterators (immutable; the memo keeps them alive), the block's name and the
+    loops' variables and bounds. Schedule primitives ask again for every loop above a block they
+    change, and one that rebuilds a block without touching those (decompose_reduction, say) finds
+    the answer.
     """
     try:
-        key = (id(realize), tuple((v, r.min, r.extent) for v, r in loops.items()))
+        key, parts = _affine_key(realize, loops)
     except AttributeError:  # a domain that is not a Range
         return _affine_binding_error(realize, loops)
     hit = _AFFINE_MEMO.get(key)
-    if hit is not None and hit[0] is realize:
+    if hit is not None and _matches(hit, parts):
         return hit[1]
     reason = _affine_binding_error(realize, loops)
+    _remember(key, parts, reason)
+    return reason
+
+
+def affine_binding_known(realize: object, loops: dict[Var, Range]) -> bool:
+    """Whether the memo already holds that ``realize``'s bindings are affine over ``loops``
+    (nothing is computed)."""
+    key, parts = _affine_key(realize, loops)
+    hit = _AFFINE_MEMO.get(key)
+    return hit is not None and hit[1] is None and _matches(hit, parts)
+
+
+def remember_affine_binding(realize: object, loops: dict[Var, Range]) -> None:
+    """Record that ``realize``'s bindings are affine over ``loops``: for a transformation that maps
+    the loop space one to one (split without a guard, fuse) of a binding known to be affine."""
+    _remember(*_affine_key(realize, loops), None)
+
+
+def _matches(hit: tuple[tuple, str | None], parts: tuple) -> bool:
+    held, reason = hit
+    if not all(a is b for a, b in zip(held[:3], parts[:3], strict=True)):
+        return False
+    return reason is None or held[3] == parts[3]
+
+
+def _remember(key: tuple, parts: tuple, reason: str | None) -> None:
     if len(_AFFINE_MEMO) >= _AFFINE_MEMO_SIZE:
         del _AFFINE_MEMO[next(iter(_AFFINE_MEMO))]
-    _AFFINE_MEMO[key] = (realize, reason)
-    return reason
+    _AFFINE_MEMO[key] = (parts, reason)
+
+
+def _affine_key(realize: object, loops: dict[Var, Range]) -> tuple[tuple, tuple]:
+    """The memo key of a realize's affine check, and what a hit must match: the objects whose
+    identities the key holds and, for a reason (not for None: affinity does not depend on the
+    order of the loops), the loops in order."""
+    block = realize.block  # type: ignore[attr-defined]
+    ordered = tuple((v, r.min, r.extent) for v, r in loops.items())
+    parts = (realize.iter_values, realize.predicate, block.iter_vars)  # type: ignore[attr-defined]
+    key = (block.name, *map(id, parts), frozenset(ordered))
+    return key, (*parts, ordered)
 
 
 def _affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:

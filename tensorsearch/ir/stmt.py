@@ -316,7 +316,10 @@ class BlockRealize(Stmt):
     block: Block
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "iter_values", tuple(convert(v) for v in self.iter_values))
+        values = self.iter_values
+        if type(values) is not tuple or not all(isinstance(v, PrimExpr) for v in values):
+            object.__setattr__(self, "iter_values", tuple(convert(v) for v in values))
+        # else the tuple is kept: analyses remember answers by the bindings' identity
         object.__setattr__(self, "predicate", convert(self.predicate))
         if len(self.iter_values) != len(self.block.iter_vars):
             raise ValueError(
