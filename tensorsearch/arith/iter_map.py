@@ -593,14 +593,6 @@ def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None
     return reason
 
 
-def affine_binding_known(realize: object, loops: dict[Var, Range]) -> bool:
-    """Whether the memo already holds that ``realize``'s bindings are affine over ``loops``
-    (nothing is computed)."""
-    key, parts = _affine_key(realize, loops)
-    hit = _AFFINE_MEMO.get(key)
-    return hit is not None and hit[1] is None and _matches(hit, parts)
-
-
 def remember_affine_binding(realize: object, loops: dict[Var, Range]) -> None:
     """Record that ``realize``'s bindings are affine over ``loops``: for a transformation that maps
     the loop space one to one (split without a guard, fuse) of a binding known to be affine."""
@@ -611,7 +603,7 @@ def _matches(hit: tuple[tuple, str | None], parts: tuple) -> bool:
     held, reason = hit
     if not all(a is b for a, b in zip(held[:3], parts[:3], strict=True)):
         return False
-    return reason is None or held[3] == parts[3]
+    return reason is None or held[3:] == parts[3:]  # a reason names the block and follows the loop order
 
 
 def _remember(key: tuple, parts: tuple, reason: str | None) -> None:
@@ -622,13 +614,13 @@ def _remember(key: tuple, parts: tuple, reason: str | None) -> None:
 
 def _affine_key(realize: object, loops: dict[Var, Range]) -> tuple[tuple, tuple]:
     """The memo key of a realize's affine check, and what a hit must match: the objects whose
-    identities the key holds and, for a reason (not for None: affinity does not depend on the
-    order of the loops), the loops in order."""
+    identities the key holds and, for a reason (not for None: affinity depends neither on the
+    order of the loops nor on the block's name), the loops in order and the block's name."""
     block = realize.block  # type: ignore[attr-defined]
     ordered = tuple((v, r.min, r.extent) for v, r in loops.items())
     parts = (realize.iter_values, realize.predicate, block.iter_vars)  # type: ignore[attr-defined]
-    key = (block.name, *map(id, parts), frozenset(ordered))
-    return key, (*parts, ordered)
+    key = (*map(id, parts), frozenset(ordered))
+    return key, (*parts, ordered, block.name)
 
 
 def _affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:

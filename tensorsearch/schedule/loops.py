@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..arith import can_prove, can_prove_equal, simplify, simplify_all
-from ..arith.iter_map import affine_binding_error, affine_binding_known, remember_affine_binding
+from ..arith.iter_map import affine_binding_error, remember_affine_binding
 from ..ir import (
     THREAD_TAGS,
     Block,
@@ -159,8 +159,8 @@ def _carry_affine(
                 old_dom.update(replaced)
             continue
         old_dom[v] = r
-    if affine_binding_known(old, old_dom):
-        remember_affine_binding(new, dom)
+    if affine_binding_error(old, old_dom) is None:  # remembered: the tiling's first split of a block
+        remember_affine_binding(new, dom)  # works it out once for every candidate that shares it
 
 
 def _simplify_loop_bounds(stmt: Stmt, dom: dict[Var, Range], touched: set[Var]) -> Stmt:
@@ -673,8 +673,9 @@ class LoopPrimitives(ScheduleState):
             realize = rloc.node
             assert isinstance(realize, BlockRealize)
             block = realize.block
-            err = affine_binding_error(realize, _dom(loops_above(rloc.path)))
-            if err is not None and not (kind in (ForKind.PARALLEL, ForKind.THREAD_BINDING) and _spatial_only(block)):
+            overlap_ok = kind in (ForKind.PARALLEL, ForKind.THREAD_BINDING) and _spatial_only(block)
+            err = None if overlap_ok else affine_binding_error(realize, _dom(loops_above(rloc.path)))
+            if err is not None:
                 raise NotAffineBinding(
                     f"cannot {what}: {err}; the blocks under the loop must have affine bindings",
                     block=block.name,
