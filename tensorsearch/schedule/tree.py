@@ -240,13 +240,29 @@ class _Replace(Mutator):
                 changed[name] = new
         if not changed:
             return node
-        return type(node)(*[changed.get(f.name, getattr(node, f.name)) for f in fields(type(node))])
+        return _with_fields(node, changed)
 
     def visit_SeqStmt(self, op: SeqStmt) -> Stmt:
         new = [self.visit(s) for s in op.stmts]
         if all(a is b for a, b in zip(new, op.stmts, strict=True)):
             return op
         return seq(*[s for s in new if s is not None])
+
+
+@cache
+def _field_names(cls: type) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _with_fields(node: Stmt, changed: dict[str, object]) -> Stmt:
+    """``node`` with the statement fields in ``changed`` replaced, built without running the
+    class's checks again: only statements the primitive built (checked then) go in, and with
+    ``check`` on the verifier sees every program a primitive makes."""
+    cls = type(node)
+    new = object.__new__(cls)
+    for name in _field_names(cls):
+        object.__setattr__(new, name, changed[name] if name in changed else getattr(node, name))
+    return new
 
 
 def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
