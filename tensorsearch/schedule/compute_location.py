@@ -75,7 +75,7 @@ from .errors import (
 )
 from .rv import BlockRV, LoopRV
 from .state import ScheduleState, primitive
-from .tree import Located, enclosing_block, loops_above, replace, walk_stmts
+from .tree import Located, enclosing_block, find_loop, loops_above, replace, walk_nodes
 
 # The loop variables that the special LoopRVs of sample_compute_location stand for.
 ROOT_MARK = Var("compute_root")
@@ -160,9 +160,9 @@ def _names_buffer(block: Block, buffer: Buffer) -> bool:
 def _drop_unused_alloc(func: PrimFunc, buffer: Buffer) -> PrimFunc:
     """Remove ``buffer`` from the alloc_buffers of the block allocating it when nothing uses it."""
     owner = None
-    for loc in walk_stmts(func.body):
-        if isinstance(loc.node, Block) and buffer in loc.node.alloc_buffers:
-            owner = loc.node
+    for node in walk_nodes(func.body):
+        if isinstance(node, Block) and buffer in node.alloc_buffers:
+            owner = node
             break
     if owner is None:
         return func
@@ -229,7 +229,7 @@ def _subtrees(loop: For) -> list[Stmt]:
 
 
 def _contains(stmt: Stmt, blocks: set[int]) -> bool:
-    return any(isinstance(loc.node, Block) and id(loc.node) in blocks for loc in walk_stmts(stmt))
+    return any(type(node) is Block and id(node) in blocks for node in walk_nodes(stmt))
 
 
 def _linear_in(expr: PrimExpr, var: Var) -> tuple[int, PrimExpr] | None:
@@ -965,7 +965,7 @@ class ComputeLocationPrimitives(ScheduleState):
             return True
 
         def can_compute_at(loop: For) -> bool:
-            loop_loc = next(x for x in walk_stmts(func.body) if x.node is loop)
+            loop_loc = find_loop(func, loop.loop_var)
             try:
                 # preserve_unit_loops does not change legality; False is what RandomComputeLocation
                 # then applies, so that compute_at finds the program this check built
