@@ -566,7 +566,7 @@ def detect_iter_map(
 
 
 _AFFINE_MEMO: dict[tuple, tuple[tuple, str | None]] = {}
-_AFFINE_MEMO_SIZE = 4096
+_AFFINE_MEMO_SIZE = 1024  # a search's candidates find their answers among the last few hundred
 
 
 def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:

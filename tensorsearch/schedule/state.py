@@ -135,7 +135,10 @@ def _output_rvs(result: Any) -> list[RV]:
 # random state (decision None), nor calls with arguments other than plain data and random
 # variables.
 
-_CACHE_SIZE = 16384
+# 2048 calls hold a design space's deterministic prefixes and the last few dozen candidates'
+# steps (the bench's search kept every hit it had with 16384); more only keeps dead programs
+# alive, and a larger heap makes each full garbage collection slower
+_CACHE_SIZE = 2048
 _PRIMITIVE_CACHE: OrderedDict[tuple, _Remembered] = OrderedDict()
 _PLAIN = (str, int, type(None))
 # primitives whose result depends on more than the program and the arguments: tensorize looks a
