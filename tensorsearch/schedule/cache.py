@@ -10,6 +10,7 @@ import re
 from typing import Any
 
 from ..arith import can_prove, eval_int_set, simplify
+from ..arith.int_set import eval_int_sets
 from ..arith.iter_map import affine_binding_error
 from ..ir import (
     TRUE,
@@ -50,7 +51,7 @@ from .errors import CacheError, InvalidArgument, LoopStructureError, NotAffineBi
 from .index_map import IndexMap, IndexMapError, index_map_to_json
 from .rv import BlockRV
 from .state import ScheduleState, primitive
-from .tree import Located, child_blocks, enclosing_block, find_block, loops_above, replace
+from .tree import Located, child_blocks, enclosing_block, find_block, loops_above, replace, walk_nodes
 
 _SCOPE_RE = re.compile(
     r"^(global|shared|shared\.dyn|local|warp|wmma\.(matrix_a|matrix_b|accumulator)"
@@ -98,15 +99,12 @@ def _compact(buffer: Buffer, name: str, scope: str | None = None, shape: Any = N
 
 def _all_buffer_names(func: PrimFunc) -> set[str]:
     names = {b.name for _, b in func.buffer_map}
-
-    def visit(node: Node) -> None:
+    for node in walk_nodes(func.body):  # statements: no buffer is declared inside an expression
         if isinstance(node, Block):
             names.update(b.name for b in node.alloc_buffers)
             names.update(m.buffer.name for m in node.match_buffers)
         elif isinstance(node, Allocate):
             names.add(node.buffer.name)
-
-    post_order_visit(func.body, visit)
     return names
 
 
@@ -198,11 +196,11 @@ def _relaxed_region(region: BufferRegion, realize: BlockRealize, path: tuple[Stm
     start = next(k for k, n in enumerate(path) if n is above)
     dom = {n.loop_var: Range(n.min, n.extent) for n in path[start + 1 :] if isinstance(n, For)}
     outer = {n.loop_var: Range(n.min, n.extent) for n in path[: start + 1] if isinstance(n, For)}
-    bounds = []
+    exprs = []
     for r in region.region:
-        lo = eval_int_set(substitute(r.min, binding), dom).min_value
-        hi = eval_int_set(substitute(r.min + r.extent - 1, binding), dom).max_value
-        bounds.append((lo, hi))
+        exprs += [substitute(r.min, binding), substitute(r.min + r.extent - 1, binding)]
+    sets = eval_int_sets(exprs, dom)  # one evaluator for them all
+    bounds = [(lo.min_value, hi.max_value) for lo, hi in zip(sets[::2], sets[1::2], strict=True)]
     return _clipped_region(region.buffer, bounds, outer)
 
 
