@@ -25,7 +25,7 @@ from ..ir import Block, BlockRealize, For, ForKind, IntImm, Var
 from ..ir.functor import free_vars
 from ..ir.stmt import IterType
 from ..schedule import BlockRV, Schedule, ScheduleError
-from ..schedule.tree import stmt_children, walk_nodes
+from ..schedule.tree import find_block, loops_above, stmt_children, walk_nodes
 from ..target import Hardware
 from .space import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
 
@@ -217,10 +217,15 @@ class RewriteParallelVectorizeUnroll(Postproc):
         if not small:
             return
         by_var = {}
+        wanted = set(small)
         for name in _block_names(sch):
-            block = sch.get_block(name)
-            for lp in sch.get_loops(block):
-                by_var.setdefault(sch.get(lp).loop_var, lp)
+            loc = find_block(sch.func, name)
+            if loc is None or wanted.isdisjoint(lp.loop_var for lp in loops_above(loc.path[:-1])):
+                continue  # no loop left to unroll above it: no need for its loops' random variables
+            for lp in sch.get_loops(sch.get_block(name)):
+                var = sch.get(lp).loop_var
+                by_var.setdefault(var, lp)
+                wanted.discard(var)
         for var in small:
             if var in by_var:
                 sch.unroll(by_var[var])
