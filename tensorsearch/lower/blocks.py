@@ -183,7 +183,7 @@ class _MatchRewriter(Mutator):
         return op
 
 
-class _LowerBlocks(Mutator):
+class _LowerBlocks(StmtMutator):  # no block lies inside an expression
     def __init__(self, align: dict[Buffer, dict[int, tuple[int, int]]]) -> None:
         self.align = align
         self.replace: dict[Buffer, Buffer] = {}
