@@ -167,9 +167,8 @@ def test_affine_binding_error():
     assert "stride 2" in affine_binding_error(realize, loops)
 
 
-def test_affine_answers_are_remembered_and_carried(monkeypatch):
+def test_affine_answers_are_remembered(monkeypatch):
     from tensorsearch.arith import iter_map
-    from tensorsearch.schedule import Schedule
 
     computed = []
     work = iter_map._affine_binding_error
@@ -184,16 +183,11 @@ def test_affine_answers_are_remembered_and_carried(monkeypatch):
     assert affine_binding_error(bad, bad_loops) == first and len(computed) == 2
     affine_binding_error(bad, dict(reversed(list(bad_loops.items()))))
     assert len(computed) == 3
-    # split (no guard) and fuse map the loops one to one: a known answer carries to the new bindings
-    sch = Schedule(parse(TILED.replace("BINDING", "i0 * 16 + i1")))
-    block = sch.get_block("B")
-    i0, i1 = sch.get_loops(block)
-    sch.reorder(i1, i0)  # checks the bindings
-    before = len(computed)
-    a, b = sch.split(i1, [4, 4])
-    sch.fuse(a, b)
-    sch.parallel(sch.get_loops(block)[0])  # checks them again: the carried answer is found
-    assert len(computed) == before
+    # a realize rebuilt around the same bindings (a renamed block, say) finds the answer
+    from dataclasses import replace
+
+    renamed = replace(realize, block=replace(realize.block, name="B_update"))
+    assert affine_binding_error(renamed, loops) is None and len(computed) == 3
 
 
 # -- subspace division -------------------------------------------------------------------

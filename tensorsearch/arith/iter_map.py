@@ -593,12 +593,6 @@ def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None
     return reason
 
 
-def remember_affine_binding(realize: object, loops: dict[Var, Range]) -> None:
-    """Record that ``realize``'s bindings are affine over ``loops``: for a transformation that maps
-    the loop space one to one (split without a guard, fuse) of a binding known to be affine."""
-    _remember(*_affine_key(realize, loops), None)
-
-
 def _matches(hit: tuple[tuple, str | None], parts: tuple) -> bool:
     held, reason = hit
     if not all(a is b for a, b in zip(held[:3], parts[:3], strict=True)):

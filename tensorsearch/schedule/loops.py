@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..arith import can_prove, can_prove_equal, simplify, simplify_all
-from ..arith.iter_map import affine_binding_error, remember_affine_binding
+from ..arith.iter_map import affine_binding_error
 from ..ir import (
     THREAD_TAGS,
     Block,
@@ -143,24 +143,6 @@ def _simplify_realize(realize: BlockRealize, dom: dict[Var, Range], touched: set
     if all(a is b for a, b in zip(values, realize.iter_values, strict=True)) and pred is realize.predicate:
         return realize
     return BlockRealize(values, pred, realize.block)
-
-
-def _carry_affine(
-    old: BlockRealize, new: BlockRealize, dom: dict[Var, Range], new_vars: list[Var], replaced: dict[Var, Range]
-) -> None:
-    """split (without a guard) and fuse map the loop space one to one: a binding known to be affine
-    over the old loops is affine over the new ones, so the next check (parallel's, vectorize's)
-    need not work it out again. ``dom`` is the new loops above ``new``; the old ones have
-    ``replaced`` where ``new_vars`` are."""
-    old_dom: dict[Var, Range] = {}
-    for v, r in dom.items():
-        if v in new_vars:
-            if v is new_vars[0]:
-                old_dom.update(replaced)
-            continue
-        old_dom[v] = r
-    if affine_binding_error(old, old_dom) is None:  # remembered: the tiling's first split of a block
-        remember_affine_binding(new, dom)  # works it out once for every candidate that shares it
 
 
 def _simplify_loop_bounds(stmt: Stmt, dom: dict[Var, Range], touched: set[Var]) -> Stmt:
@@ -302,21 +284,16 @@ class LoopPrimitives(ScheduleState):
             value = term if value is None else value * f + term
         assert value is not None
         dom = {**outer, **{v: Range(const(0, dtype), f) for v, f in zip(new_vars, exprs, strict=True)}}
-        rebuilt: dict[int, BlockRealize] = {}
-        body = substitute_loop_vars(node.body, {node.loop_var: value}, rebuilt)
+        body = substitute_loop_vars(node.body, {node.loop_var: value})
         guard = value < node.extent
         perfect = None not in values and isinstance(node.extent, IntImm) and node.extent.value == product
         need_guard = not perfect and not can_prove(guard, dom)  # the new loops cover the extent exactly
         touched = set(new_vars)
-        replaced = {node.loop_var: Range(node.min, node.extent)}
 
         def fix(realize: BlockRealize, d: dict[Var, Range]) -> BlockRealize:
             if need_guard:
-                guarded = BlockRealize(realize.iter_values, _conjoin(realize.predicate, guard), realize.block)
-                return _simplify_realize(guarded, d, touched)
-            new = _simplify_realize(realize, d, touched)
-            _carry_affine(rebuilt.get(id(realize), realize), new, d, new_vars, replaced)
-            return new
+                realize = BlockRealize(realize.iter_values, _conjoin(realize.predicate, guard), realize.block)
+            return _simplify_realize(realize, d, touched)
 
         body = _RewriteRealizes(dom, fix).visit(body)
         body = _simplify_loop_bounds(body, dom, touched)
@@ -391,16 +368,8 @@ class LoopPrimitives(ScheduleState):
             rest = rest // n.extent
         dom = {**outer_dom, fused: Range(const(0, dtype), total)}
         touched = {fused}
-        rebuilt: dict[int, BlockRealize] = {}
-        body = substitute_loop_vars(nodes[-1].body, mapping, rebuilt)
-        replaced = {n.loop_var: Range(n.min, n.extent) for n in nodes}
-
-        def fix(realize: BlockRealize, d: dict[Var, Range]) -> BlockRealize:
-            new = _simplify_realize(realize, d, touched)
-            _carry_affine(rebuilt.get(id(realize), realize), new, d, [fused], replaced)
-            return new
-
-        body = _RewriteRealizes(dom, fix).visit(body)
+        body = substitute_loop_vars(nodes[-1].body, mapping)
+        body = _RewriteRealizes(dom, lambda r, d: _simplify_realize(r, d, touched)).visit(body)
         body = _simplify_loop_bounds(body, dom, touched)
         new = For(fused, const(0, dtype), total, ForKind.SERIAL, body)
         self.func = replace(self.func, {id(nodes[0]): new})

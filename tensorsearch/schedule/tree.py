@@ -285,9 +285,7 @@ def replace(func: PrimFunc, mapping: dict[int, Stmt | None]) -> PrimFunc:
     return func if body is func.body else func.with_body(body)
 
 
-def substitute_loop_vars(
-    stmt: Stmt, mapping: dict[Var, PrimExpr], rebuilt: dict[int, BlockRealize] | None = None
-) -> Stmt:
+def substitute_loop_vars(stmt: Stmt, mapping: dict[Var, PrimExpr]) -> Stmt:
     """``substitute(stmt, mapping)`` for loop variables, without entering blocks: a block sees
     the loops outside it only through its bindings (the verifier's rule), so only loop bounds,
     bindings, predicates and the statements between loops can use them.
@@ -297,16 +295,10 @@ def substitute_loop_vars(
     """
     if not mapping:
         return stmt
-    return _SubstituteLoopVars(mapping.get, {} if rebuilt is None else rebuilt).visit(stmt)
+    return _SubstituteLoopVars(mapping.get).visit(stmt)
 
 
 class _SubstituteLoopVars(_Substitute):
-    """``rebuilt`` records each rewritten BlockRealize's original, by the new one's identity."""
-
-    def __init__(self, lookup: Callable[[Var], PrimExpr | None], rebuilt: dict[int, BlockRealize]) -> None:
-        super().__init__(lookup)
-        self.rebuilt = rebuilt
-
     def visit(self, node: Node) -> Any:
         t = type(node)
         if t is Block:
@@ -316,9 +308,7 @@ class _SubstituteLoopVars(_Substitute):
             pred = super().visit(node.predicate)
             if pred is node.predicate and all(a is b for a, b in zip(values, node.iter_values, strict=True)):
                 return node
-            new = BlockRealize(values, pred, node.block)
-            self.rebuilt[id(new)] = node
-            return new
+            return BlockRealize(values, pred, node.block)
         return super().visit(node)
 
 
