@@ -309,3 +309,44 @@ def test_surjective_maps_hit_every_value():
             continue
         points = set(_evaluate(indices, dom))
         assert len(points) == max(1, _prod(s.extent for s in res.indices)), (seed, [str(e) for e in indices])
+
+
+def test_the_quick_tiling_test_agrees_with_the_full_detection(monkeypatch):
+    # bindings a split and reorder could leave (mixed-radix sums of loop variables), and near
+    # misses (an offset, a span short of the iterator, a loop used twice): whenever the quick
+    # test accepts, the full detection does too, and it accepts the true tilings
+    from tensorsearch.arith import iter_map
+    from tensorsearch.ir import TRUE, Block, BlockRealize, Evaluate, IterType, IterVar, const
+
+    rng = random.Random(11)
+    cases = []
+    for _ in range(300):
+        loops, values, iters, flawed = {}, [], [], False
+        for k in range(rng.randint(1, 3)):
+            factors = [rng.choice([1, 2, 3, 4]) for _ in range(rng.randint(1, 3))]
+            vs = [Var(f"l{k}_{m}") for m in range(len(factors))]
+            loops.update({v: R(f) for v, f in zip(vs, factors, strict=True)})
+            value, scale = None, 1
+            for v, f in reversed(list(zip(vs, factors, strict=True))):
+                value = v * scale if value is None else v * scale + value
+                scale *= f
+            flaw = rng.random()
+            if flaw < 0.15:
+                value, flawed = value + 1, True  # an offset
+            elif flaw < 0.3:
+                scale, flawed = scale + 1, True  # a span short of the iterator
+            elif flaw < 0.4 and len(vs) > 1:
+                value, flawed = value + vs[0], True  # a loop used twice
+            values.append(value)
+            iters.append(IterVar(Var(f"v{k}"), R(scale), IterType.SPATIAL))
+        order = list(loops.items())
+        rng.shuffle(order)
+        block = Block("B", tuple(iters), (), (), Evaluate(const(0)))
+        cases.append((BlockRealize(tuple(values), TRUE, block), dict(order), flawed))
+    quick = [iter_map._tiled_bindings(r, d) for r, d, _ in cases]
+    monkeypatch.setattr(iter_map, "_tiled_bindings", lambda r, d: False)
+    for (realize, loops, flawed), fast in zip(cases, quick, strict=True):
+        if fast:
+            assert iter_map._affine_binding_error(realize, loops) is None, realize.iter_values
+        assert fast or flawed, realize.iter_values  # every true tiling is accepted quickly
+    assert sum(quick) > 100

@@ -46,7 +46,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.functor import children, free_vars
-from .simplify import _imm, simplify, simplify_all
+from .simplify import _imm, _Simplifier, simplify, simplify_all
 
 # ---------------------------------------------------------------------------------------
 # the structured form
@@ -617,8 +617,52 @@ def _affine_key(realize: object, loops: dict[Var, Range]) -> tuple[tuple, tuple]
     return key, (*parts, ordered, block.name)
 
 
+def _tiled_bindings(realize: object, loops: dict[Var, Range]) -> bool:
+    """A quick sufficient test for an affine binding: with no predicate and loops and iterators
+    from 0, each binding a sum of loop variables no other binding uses whose coefficients are
+    mixed-radix digits (the smallest 1, each next the previous times its loop's extent) spanning
+    the iterator's extent, as split and reorder leave a tiling: ``vi = i0 * 32 + i1 * 4 + i2``.
+    Anything else (fused loops' ``//`` and ``%``, predicates) goes to the full detection."""
+    pred = realize.predicate  # type: ignore[attr-defined]
+    if type(pred) is not IntImm or pred.value != 1:
+        return False
+    extents: dict[Var, int] = {}
+    for v, r in loops.items():
+        if type(r.min) is not IntImm or r.min.value != 0 or type(r.extent) is not IntImm:
+            return False
+        extents[v] = r.extent.value
+    used: set[Var] = set()
+    forms = _Simplifier()
+    for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):  # type: ignore[attr-defined]
+        dom = iv.dom
+        if type(dom.min) is not IntImm or dom.min.value != 0 or type(dom.extent) is not IntImm:
+            return False
+        if not value.dtype.is_integer or value.dtype.lanes != 1:
+            return False
+        lin = forms.lin(value)
+        if lin.const != 0:
+            return False
+        digits = []
+        for t, c in lin.terms.items():
+            if type(t) is not Var or t not in extents or t in used or c <= 0:
+                return False
+            used.add(t)
+            if extents[t] != 1:
+                digits.append((c, extents[t]))
+        span = 1
+        for c, ext in sorted(digits):
+            if c != span:
+                return False
+            span *= ext
+        if span != dom.extent.value:
+            return False
+    return True
+
+
 def _affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:
     block = realize.block  # type: ignore[attr-defined]
+    if _tiled_bindings(realize, loops):
+        return None
     res = detect_iter_map(list(realize.iter_values), loops, realize.predicate, "surjective")  # type: ignore[attr-defined]
     if res.errors:
         return f"the bindings of block {block.name} are not an affine map of the loops: {res.errors[0]}"
