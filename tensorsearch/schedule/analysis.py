@@ -115,8 +115,25 @@ def _scope_block(scope: Scope, block: BlockRef) -> tuple[Block, Block]:
     return parent, loc.node
 
 
+_RECENT_SCOPES: dict[int, tuple[Block, list[tuple[BlockRealize, tuple[Stmt, ...]]]]] = {}
+
+
 def child_block_paths(scope: Block) -> list[tuple[BlockRealize, tuple[Stmt, ...]]]:
-    """The BlockRealizes directly inside ``scope`` (its init, then its body) in program order, with paths from ``scope``."""
+    """The BlockRealizes directly inside ``scope`` (its init, then its body) in program order, with paths from ``scope``.
+
+    Remembered for the last few scopes (by identity; the entry keeps the scope alive): one
+    primitive's checks ask for the same scope's blocks several times. Do not change the list."""
+    hit = _RECENT_SCOPES.get(id(scope))
+    if hit is not None and hit[0] is scope:
+        return hit[1]
+    found = _child_block_paths(scope)
+    if len(_RECENT_SCOPES) >= 8:
+        del _RECENT_SCOPES[next(iter(_RECENT_SCOPES))]
+    _RECENT_SCOPES[id(scope)] = (scope, found)
+    return found
+
+
+def _child_block_paths(scope: Block) -> list[tuple[BlockRealize, tuple[Stmt, ...]]]:
     found: list[tuple[BlockRealize, tuple[Stmt, ...]]] = []
     stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(scope.body, (scope, scope.body))]
     if scope.init is not None:  # blockize puts the init block of a reduction in the outer init
