@@ -53,6 +53,19 @@ def test_second_schedule_reuses_the_first_ones_programs():
     assert second.trace.as_json_text() == first.trace.as_json_text()
 
 
+def test_calls_after_enter_postproc_are_not_remembered():
+    # no other replay reaches a program made in postprocessing: such calls would only fill the cache
+    clear_primitive_cache()
+    sch = Schedule(_gemm())
+    sch.get_block("Z")
+    remembered = len(_PRIMITIVE_CACHE)
+    assert remembered > 0
+    sch.enter_postproc()
+    _tiled(sch)
+    assert len(_PRIMITIVE_CACHE) == remembered + 1  # enter_postproc itself, then nothing
+    assert sch.copy()._postproc
+
+
 def test_remembered_calls_match_running_them(no_cache):
     plain = _tiled(Schedule(_gemm()))
     set_primitive_cache_size(DEFAULT_SIZE)

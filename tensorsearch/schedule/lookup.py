@@ -79,4 +79,8 @@ class LookupPrimitives(ScheduleState):
 
     @primitive()
     def enter_postproc(self) -> None:
-        """Mark the end of the design-space part of a trace; what follows is postprocessing."""
+        """Mark the end of the design-space part of a trace; what follows is postprocessing.
+
+        The primitive cache stops remembering calls here: no other replay reaches a program made
+        after this point (a mutant differs from its parent before it)."""
+        self._postproc = True

@@ -201,7 +201,7 @@ def _key_of(state: ScheduleState, value: Any) -> Any:
 def _cache_key(state: ScheduleState, kind: InstructionKind, call: dict[str, Any]) -> tuple | None:
     """The cache key of a primitive call, or None when it must run (cache off, a fresh sample,
     an argument that is not plain data)."""
-    if not _CACHE_SIZE or kind.name in _UNCACHED_KINDS:
+    if not _CACHE_SIZE or kind.name in _UNCACHED_KINDS or state._postproc:
         return None
     if kind.sampling and call.get("decision") is None:
         return None
@@ -292,6 +292,7 @@ class ScheduleState:
         self._rng = random.Random(seed)
         self._depth = 0
         self._pending_decision: Any = None
+        self._postproc = False  # after enter_postproc: calls are not remembered
         self._rename_log: list[RV] = []  # BlockRVs renamed during the current primitive call
         self._recorded_args: dict[str, Any] = {}  # arguments the current primitive records as resolved
 
@@ -320,6 +321,7 @@ class ScheduleState:
         other._pending_decision = None
         other._recorded_args = {}
         other._rename_log = []
+        other._postproc = self._postproc
         return other
 
     def _record_arg(self, name: str, value: Any) -> None:
