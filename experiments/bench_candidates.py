@@ -15,7 +15,8 @@ and featurized (``parallel.run_job``, in this process, no Ray). For each workloa
 * **fresh**: ``("sample", space, seed)`` jobs drawn as ``EvolutionarySearch._fresh`` draws them;
 * **mutated**: a population of fresh candidates (made untimed) is mutated as
   ``EvolutionarySearch._evolve`` does (a mutator drawn by its probability, applied to a parent's
-  design trace) and the mutants replayed; the timing covers the mutation and the replay.
+  design trace) and the mutants replayed; the timing covers the mutation and the replay, run as a
+  search round runs them (under ``parallel.fewer_collections`` where the measured tree has it).
 
 Every job counts, valid or not (an invalid one is refused by a primitive or a postprocessor).
 Everything random comes from fixed seeds, so both programs see the same jobs: the benchmark checks
@@ -33,6 +34,7 @@ jobs once under cProfile and writes the stats.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import hashlib
 import json
@@ -90,13 +92,24 @@ def _mutated(space, n: int, seed: int) -> tuple[float, list[str]]:
     mutators = list(default_mutators().items())
     rng = random.Random(seed)
     keys: list[str] = []
-    t0 = time.perf_counter()
-    for _ in range(n):
-        parent = parents[rng.randrange(len(parents))]
-        mutant = _pick_mutator(mutators, rng).apply(parent.design_trace, rng)
-        cand = None if mutant is None else run_job(space, ("replay", mutant, parent.space))
-        keys.append(cand.key if cand is not None else "-")
-    return time.perf_counter() - t0, keys
+    with _round_context():
+        t0 = time.perf_counter()
+        for _ in range(n):
+            parent = parents[rng.randrange(len(parents))]
+            mutant = _pick_mutator(mutators, rng).apply(parent.design_trace, rng)
+            cand = None if mutant is None else run_job(space, ("replay", mutant, parent.space))
+            keys.append(cand.key if cand is not None else "-")
+        return time.perf_counter() - t0, keys
+
+
+def _round_context():
+    """What a search round runs under in the tensorsearch being measured: since stop 26 a round
+    (``EvolutionarySearch.next_batch``) runs with fewer garbage collections; before, nothing."""
+    try:
+        from tensorsearch.search.parallel import fewer_collections
+    except ImportError:
+        return contextlib.nullcontext()
+    return fewer_collections()
 
 
 def measure(n: int, seed: int) -> list[dict]:

@@ -81,6 +81,7 @@ class LookupPrimitives(ScheduleState):
     def enter_postproc(self) -> None:
         """Mark the end of the design-space part of a trace; what follows is postprocessing.
 
-        The primitive cache stops remembering calls here: no other replay reaches a program made
-        after this point (a mutant differs from its parent before it)."""
+        The primitive cache remembers no call after this point: no other replay reaches a program
+        made after it (a mutant differs from its parent before it); remembering them only filled
+        the cache and the heap."""
         self._postproc = True

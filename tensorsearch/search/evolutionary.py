@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from .mutator import Mutator, default_mutators, gpu_mutators
+from .parallel import fewer_collections
 from .space import Candidate, DesignSpace
 
 
@@ -210,6 +211,12 @@ class EvolutionarySearch:
         """The next candidates to measure (none of ``measured_keys``), at most ``num_trials_per_iter``.
 
         ``measured``: the task's best measured candidates so far, fastest first."""
+        with fewer_collections():  # the mutations and scoring too, not only the candidates' replays
+            return self._next_batch(measured, measured_keys, stats)
+
+    def _next_batch(
+        self, measured: list[Candidate], measured_keys: set[str], stats: RoundStats | None
+    ) -> list[Candidate]:
         cfg = self.config
         stats = stats if stats is not None else RoundStats()
         import time

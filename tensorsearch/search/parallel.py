@@ -31,8 +31,9 @@ def _features(func: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _fewer_collections(first_threshold: int = 20_000) -> Iterator[None]:
-    """Run with the cyclic garbage collector's first threshold raised (restored after).
+def fewer_collections(first_threshold: int = 20_000) -> Iterator[None]:
+    """Run with the cyclic garbage collector's first threshold raised (restored after): each
+    candidate, and each search round (``EvolutionarySearch.next_batch``).
 
     A candidate allocates some 10^5 IR nodes; reference counting frees them (the IR has no
     cycles), yet at Python's default threshold (700 objects) the collector runs every few hundred
@@ -48,7 +49,7 @@ def _fewer_collections(first_threshold: int = 20_000) -> Iterator[None]:
 
 
 def run_job(space: DesignSpace, job: tuple) -> Candidate | None:
-    with _fewer_collections():
+    with fewer_collections():
         return _run_job(space, job)
 
 
