@@ -84,20 +84,6 @@ def walk_nodes(stmt: Stmt) -> Iterator[Stmt]:
             stack.extend(reversed(kids))
 
 
-def _find(stmt: Stmt, match: Callable[[Stmt], bool]) -> Located | None:
-    """The first statement below ``stmt`` (pre-order, as :func:`walk_stmts`) that ``match``es,
-    located; paths are only built along the way down, not for every statement."""
-    stack: list[tuple[Stmt, tuple[Stmt, ...]]] = [(stmt, (stmt,))]
-    while stack:
-        node, p = stack.pop()
-        if match(node):
-            return Located(node, p)
-        kids = stmt_children(node)
-        for child in reversed(kids):
-            stack.append((child, (*p, child)))
-    return None
-
-
 class _Index:
     """Every statement's parent, and every Block by name and every For by loop variable (the
     first in pre-order); paths are built from the parents when a statement is looked up."""
