@@ -265,12 +265,13 @@ class LoopPrimitives(ScheduleState):
         product = 1
         for v in values:
             product *= v if v is not None else 1
+        # a perfect tiling: constant factors that multiply to the loop's constant extent
+        perfect = None not in values and isinstance(node.extent, IntImm) and node.extent.value == product
         if None in values:
             inferred = simplify((node.extent + (product - 1)) // const(product, dtype), outer)
             exprs = [const(v, dtype) if v is not None else inferred for v in values]
         else:
-            exact = isinstance(node.extent, IntImm) and node.extent.value == product  # a perfect tiling
-            if not exact and not can_prove(const(product, dtype) >= node.extent, outer):
+            if not perfect and not can_prove(const(product, dtype) >= node.extent, outer):
                 raise InvalidArgument(
                     f"cannot split loop {name}: the product of the factors, {product}, is less than the loop's extent {node.extent}",
                     loop=name,
@@ -286,8 +287,7 @@ class LoopPrimitives(ScheduleState):
         dom = {**outer, **{v: Range(const(0, dtype), f) for v, f in zip(new_vars, exprs, strict=True)}}
         body = substitute_loop_vars(node.body, {node.loop_var: value})
         guard = value < node.extent
-        perfect = None not in values and isinstance(node.extent, IntImm) and node.extent.value == product
-        need_guard = not perfect and not can_prove(guard, dom)  # the new loops cover the extent exactly
+        need_guard = not perfect and not can_prove(guard, dom)  # a perfect tiling needs no guard
         touched = set(new_vars)
 
         def fix(realize: BlockRealize, d: dict[Var, Range]) -> BlockRealize:
