@@ -44,10 +44,15 @@ def _block_names(sch: Schedule) -> list[str]:
     return [node.name for node in walk_nodes(sch.func.body) if isinstance(node, Block) and node.name != "root"]
 
 
-def _blocks(sch: Schedule):
+def _blocks(sch: Schedule, want: Any = None):
     """Every non-root block of ``sch`` that still exists when its turn comes (a rewrite of one block
-    may remove or rename another)."""
+    may remove or rename another) and, given ``want``, for which ``want(block)`` holds then (asked
+    of the program directly, so the trace gets no lookup of a block the postprocessor skips)."""
     for name in _block_names(sch):
+        if want is not None:
+            loc = find_block(sch.func, name)
+            if loc is None or not want(loc.node):
+                continue
         try:
             yield sch.get_block(name)
         except ScheduleError:
@@ -73,9 +78,7 @@ class RewriteReductionBlock(Postproc):
     name = "RewriteReductionBlock"
 
     def apply(self, sch: Schedule) -> bool:
-        for block in _blocks(sch):
-            if sch.get(block).init is None:
-                continue
+        for block in _blocks(sch, lambda b: b.init is not None):
             realize, _ = sch._block_realize(block)
             reduce_vars = _reduce_loop_vars(realize)
             loops = sch.get_loops(block)
@@ -90,10 +93,8 @@ class RewriteTensorize(Postproc):
     name = "RewriteTensorize"
 
     def apply(self, sch: Schedule) -> bool:
-        for block in _blocks(sch):
-            intrin = dict(sch.get(block).annotations).get(AUTO_TENSORIZE)
-            if intrin is None:
-                continue
+        for block in _blocks(sch, lambda b: AUTO_TENSORIZE in dict(b.annotations)):
+            intrin = dict(sch.get(block).annotations)[AUTO_TENSORIZE]
             sch.unannotate(block, AUTO_TENSORIZE)
             if sch.get(block).init is None and not _writes_only_constants(sch.get(block)):
                 sch.tensorize(block, str(intrin))
@@ -233,8 +234,8 @@ class RewriteParallelVectorizeUnroll(Postproc):
 
 def _is_leaf(sch: Schedule, name: str) -> bool:
     """A block with no block inside it (a tensorized block counts: its tile is gone)."""
-    block = sch.get(sch.get_block(name))
-    return not any(isinstance(node, BlockRealize) for node in walk_nodes(block.body))
+    loc = find_block(sch.func, name)  # a question about the program: nothing for the trace
+    return loc is not None and not any(isinstance(node, BlockRealize) for node in walk_nodes(loc.node.body))
 
 
 def postprocs_for(hardware: Hardware) -> list[Postproc]:
