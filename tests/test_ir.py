@@ -156,3 +156,17 @@ def test_substitute_and_free_vars():
     assert structural_equal(e, (j + 1) * 4 + j)
     assert ir.free_vars(_gemm().body) == []
     assert ir.free_vars(i + j * i) == [i, j]
+
+
+def test_identity_cache_keys_on_the_objects_themselves():
+    from tensorsearch.ir import IntImm
+    from tensorsearch.ir.identity_cache import MISSING, IdentityCache
+
+    a, b = IntImm("int32", 1), IntImm("int32", 1)  # equal, not the same object
+    cache = IdentityCache(2)
+    assert cache.get((a,)) is MISSING
+    assert cache.put((a,), "k", None) is None and cache.get((a,), "k") is None  # None is an answer
+    assert cache.get((b,), "k") is MISSING and cache.get((a,), "other") is MISSING
+    cache.put((b,), "k", 2)
+    cache.put((a,), "x", 3)  # full: the oldest entry goes
+    assert cache.get((a,), "k") is MISSING and cache.get((b,), "k") == 2 and len(cache) == 2

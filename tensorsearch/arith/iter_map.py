@@ -46,6 +46,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.functor import children, free_vars
+from ..ir.identity_cache import MISSING, IdentityCache
 from .simplify import _imm, _Simplifier, simplify, simplify_all
 
 # ---------------------------------------------------------------------------------------
@@ -565,8 +566,7 @@ def detect_iter_map(
     return _detect(list(indices), dict(input_iters), predicate, check_level, simplify_trivial_iterators)[0]
 
 
-_AFFINE_MEMO: dict[tuple, tuple[tuple, str | None]] = {}
-_AFFINE_MEMO_SIZE = 1024  # a search's candidates find their answers among the last few hundred
+_AFFINE_MEMO = IdentityCache(1024)  # a search's candidates find their answers among the last few hundred
 
 
 def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:
@@ -576,45 +576,24 @@ def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None
     domain extent.  Otherwise a sentence naming the block and the iterator.
 
     The answer is remembered by what it depends on: the identity of the bindings, the predicate
-    and the block's iterators (immutable; the memo keeps them alive), the block's name and the
-    loops' variables and bounds. Schedule primitives ask again for every loop above a block they
-    change, and one that rebuilds a block without touching those (decompose_reduction, say) finds
-    the answer.
+    and the block's iterators, and the loops' variables and bounds. An affine answer holds for
+    any order of the loops and any block name (a reason names the block and follows the loop
+    order, so it is reused only for the same). Schedule primitives ask again for every loop above
+    a block they change, and one that rebuilds a block without touching those
+    (decompose_reduction, say) finds the answer.
     """
+    block = realize.block  # type: ignore[attr-defined]
     try:
-        key, parts = _affine_key(realize, loops)
+        ordered = tuple((v, r.min, r.extent) for v, r in loops.items())
     except AttributeError:  # a domain that is not a Range
         return _affine_binding_error(realize, loops)
-    hit = _AFFINE_MEMO.get(key)
-    if hit is not None and _matches(hit, parts):
-        return hit[1]
-    reason = _affine_binding_error(realize, loops)
-    _remember(key, parts, reason)
-    return reason
-
-
-def _matches(hit: tuple[tuple, str | None], parts: tuple) -> bool:
-    held, reason = hit
-    if not all(a is b for a, b in zip(held[:3], parts[:3], strict=True)):
-        return False
-    return reason is None or held[3:] == parts[3:]  # a reason names the block and follows the loop order
-
-
-def _remember(key: tuple, parts: tuple, reason: str | None) -> None:
-    if len(_AFFINE_MEMO) >= _AFFINE_MEMO_SIZE:
-        del _AFFINE_MEMO[next(iter(_AFFINE_MEMO))]
-    _AFFINE_MEMO[key] = (parts, reason)
-
-
-def _affine_key(realize: object, loops: dict[Var, Range]) -> tuple[tuple, tuple]:
-    """The memo key of a realize's affine check, and what a hit must match: the objects whose
-    identities the key holds and, for a reason (not for None: affinity depends neither on the
-    order of the loops nor on the block's name), the loops in order and the block's name."""
-    block = realize.block  # type: ignore[attr-defined]
-    ordered = tuple((v, r.min, r.extent) for v, r in loops.items())
     parts = (realize.iter_values, realize.predicate, block.iter_vars)  # type: ignore[attr-defined]
-    key = (*map(id, parts), frozenset(ordered))
-    return key, (*parts, ordered, block.name)
+    hit = _AFFINE_MEMO.get(parts, frozenset(ordered))
+    if hit is not MISSING and (hit[2] is None or hit[:2] == (ordered, block.name)):
+        return hit[2]
+    reason = _affine_binding_error(realize, loops)
+    _AFFINE_MEMO.put(parts, frozenset(ordered), (ordered, block.name, reason))
+    return reason
 
 
 def _tiled_bindings(realize: object, loops: dict[Var, Range]) -> bool:

@@ -54,6 +54,7 @@ from ..ir import (
     post_order_visit,
     substitute,
 )
+from ..ir.identity_cache import MISSING, IdentityCache
 from .tree import Located, enclosing_block, loops_above, walk_stmts
 
 __all__ = [
@@ -115,7 +116,7 @@ def _scope_block(scope: Scope, block: BlockRef) -> tuple[Block, Block]:
     return parent, loc.node
 
 
-_RECENT_SCOPES: dict[int, tuple[Block, list[tuple[BlockRealize, tuple[Stmt, ...]]]]] = {}
+_SCOPES = IdentityCache(8)
 
 
 def child_block_paths(scope: Block) -> list[tuple[BlockRealize, tuple[Stmt, ...]]]:
@@ -123,13 +124,9 @@ def child_block_paths(scope: Block) -> list[tuple[BlockRealize, tuple[Stmt, ...]
 
     Remembered for the last few scopes (by identity; the entry keeps the scope alive): one
     primitive's checks ask for the same scope's blocks several times. Do not change the list."""
-    hit = _RECENT_SCOPES.get(id(scope))
-    if hit is not None and hit[0] is scope:
-        return hit[1]
-    found = _child_block_paths(scope)
-    if len(_RECENT_SCOPES) >= 8:
-        del _RECENT_SCOPES[next(iter(_RECENT_SCOPES))]
-    _RECENT_SCOPES[id(scope)] = (scope, found)
+    found = _SCOPES.get((scope,))
+    if found is MISSING:
+        found = _SCOPES.put((scope,), None, _child_block_paths(scope))
     return found
 
 
@@ -438,22 +435,20 @@ def _cover_reason(
     )
 
 
-_RELAXED: dict[tuple, tuple[tuple, list[IntervalSet]]] = {}
+_RELAXED = IdentityCache(1024)
 
 
 def _relaxed_access(region: BufferRegion, realize: BlockRealize, loops: list[For]) -> list[IntervalSet]:
     """``relax_region`` of a block's access through its bindings over ``loops``, remembered by the
-    identity of the region and the realize (immutable; the entry keeps them alive) and the loops'
-    variables and bounds: the stage-pipeline check asks again at each primitive of a candidate
-    for the accesses the primitive did not move."""
-    key = (id(region), id(realize), tuple((id(lp.loop_var), lp.min, lp.extent) for lp in loops))
-    hit = _RELAXED.get(key)
-    if hit is not None and hit[0][0] is region and hit[0][1] is realize:
-        return hit[1]
-    sets = relax_region(unbind_region(region, realize), loop_domains(loops))
-    if len(_RELAXED) >= 1024:
-        del _RELAXED[next(iter(_RELAXED))]
-    _RELAXED[key] = ((region, realize, tuple(lp.loop_var for lp in loops)), sets)
+    identity of the region and the realize and by the loops' variables and bounds: the
+    stage-pipeline check asks again at each primitive of a candidate for the accesses the
+    primitive did not move. Do not change the list."""
+    bounds = tuple((lp.loop_var, lp.min, lp.extent) for lp in loops)
+    sets = _RELAXED.get((region, realize), bounds)
+    if sets is MISSING:
+        sets = _RELAXED.put(
+            (region, realize), bounds, relax_region(unbind_region(region, realize), loop_domains(loops))
+        )
     return sets
 
 

@@ -11,7 +11,6 @@ reverse_compute_inline and sample_compute_location (TVM semantics).
 from __future__ import annotations
 
 import functools
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import replace as dc_replace
 from typing import Any
@@ -46,6 +45,7 @@ from ..ir import (
     seq,
     substitute,
 )
+from ..ir.identity_cache import MISSING, IdentityCache
 from .analysis import (
     check_region_cover,
     check_write_after_read,
@@ -357,22 +357,18 @@ def _thread_loops_shared(block: Block, outer_loops: list[For]) -> list[For]:
 
 def _remember_recent(fn: Callable[..., PrimFunc]) -> Callable[..., PrimFunc]:
     """``fn(func, loc, ...)`` remembered for its last few successful calls by the identity of the
-    program and of the located statements (the IR is immutable; an entry keeps them alive), so that
-    a legality check that builds the result (``sample_compute_location``'s) and the primitive that
-    then applies it build it once. A refusal is not remembered: it runs again and raises."""
-    recent: OrderedDict[tuple, tuple[tuple, PrimFunc]] = OrderedDict()
+    program and of the located statements, so that a legality check that builds the result
+    (``sample_compute_location``'s) and the primitive that then applies it build it once. A
+    refusal is not remembered: it runs again and raises."""
+    recent = IdentityCache(32)
 
     @functools.wraps(fn)
     def wrapper(func: PrimFunc, *args: Any) -> PrimFunc:
-        alive = (func, *(a.node if isinstance(a, Located) else a for a in args))
-        key = tuple(id(x) if isinstance(x, PrimFunc | Stmt) else x for x in alive)
-        hit = recent.get(key)
-        if hit is not None and all(a is b for a, b in zip(hit[0], alive, strict=True)):
-            return hit[1]
-        out = fn(func, *args)
-        recent[key] = (alive, out)
-        if len(recent) > 32:
-            recent.popitem(last=False)
+        nodes = (func, *(a.node for a in args if isinstance(a, Located)))
+        flags = tuple(a for a in args if not isinstance(a, Located))
+        out = recent.get(nodes, flags)
+        if out is MISSING:
+            out = recent.put(nodes, flags, fn(func, *args))
         return out
 
     return wrapper

@@ -27,6 +27,7 @@ from ..ir import (
     seq,
 )
 from ..ir.functor import _Substitute
+from ..ir.identity_cache import MISSING, IdentityCache
 
 
 @dataclass(frozen=True)
@@ -88,10 +89,9 @@ class _Index:
     """Every statement's parent, and every Block by name and every For by loop variable (the
     first in pre-order); paths are built from the parents when a statement is looked up."""
 
-    __slots__ = ("blocks", "body", "located", "loops", "parent", "shared")
+    __slots__ = ("blocks", "located", "loops", "parent", "shared")
 
     def __init__(self, body: Stmt) -> None:
-        self.body = body  # keeps the program alive while its identity keys the cache
         self.blocks: dict[str, Stmt] = {}
         self.loops: dict[int, Stmt] = {}
         self.parent: dict[int, Stmt | None] = {id(body): None}  # of a statement's first occurrence
@@ -133,19 +133,15 @@ class _Index:
         return loc
 
 
-_RECENT_INDEXES: dict[int, _Index] = {}
+_INDEXES = IdentityCache(8)
 
 
 def _index(func: PrimFunc) -> _Index:
     """The index of ``func``'s body, built once for the last few programs looked into (a
     primitive and the lookups around it ask several times of one program)."""
-    body = func.body
-    idx = _RECENT_INDEXES.get(id(body))
-    if idx is None or idx.body is not body:
-        idx = _Index(body)
-        if len(_RECENT_INDEXES) >= 8:
-            del _RECENT_INDEXES[next(iter(_RECENT_INDEXES))]
-        _RECENT_INDEXES[id(body)] = idx
+    idx = _INDEXES.get((func.body,))
+    if idx is MISSING:
+        idx = _INDEXES.put((func.body,), None, _Index(func.body))
     return idx
 
 
