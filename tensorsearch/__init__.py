@@ -46,6 +46,7 @@ _FUNCTIONS = {
     "structural_equal": "ir",
     "structural_hash": "ir",
     "tune": "search",
+    "tune_model": "search",
     "verify": "arith",
 }
 

@@ -87,7 +87,7 @@ def test_transfer_ranks_a_new_workloads_candidates_better_than_random(tmp_path):
     db = Database(tmp_path)
     fill(db, *gemm_candidates((1, 128, 128, 128), 60, seed=0))
     _, held_out = gemm_candidates((1, 64, 256, 96), 30, seed=1)  # another workload, another size
-    data = transfer_data([db], ZNVER4_HW, exclude_workload="none")
+    data = transfer_data([db], ZNVER4_HW, exclude="none")
     model = CostModel(seed=0)
     assert model.pretrain(data) == 60 and model.trained
     feats = [extract_features(s.func) for s, _ in held_out]
@@ -107,12 +107,12 @@ def test_transfer_data_takes_other_workloads_of_the_same_hardware_only(tmp_path)
     fill(db, wl_b, cands_b[:2], hkey=OTHER_HKEY)
     failed = TuningRecord(key_b, HKEY, "f" * 16, cands_b[0][0].trace.as_json_text(), (), "run: crashed", 0.1, 9, 0.0)
     db.commit_record(failed)
-    data = dict((task, (f, lat)) for task, f, lat in transfer_data([db], ZNVER4_HW, exclude_workload=key_a))
+    data = dict((task, (f, lat)) for task, f, lat in transfer_data([db], ZNVER4_HW, exclude=key_a))
     assert list(data) == [f"transfer:{key_b}"]
     feats, lats = data[f"transfer:{key_b}"]
     assert len(feats) == 5 and sum(math.isinf(x) for x in lats) == 1  # failures teach too
     # a share per workload: 4 records in all, 2 from each, the fastest and the slowest kept
-    shared = transfer_data([db], ZNVER4_HW, exclude_workload="none", max_records=4)
+    shared = transfer_data([db], ZNVER4_HW, exclude="none", max_records=4)
     assert [len(f) for _, f, _ in shared] == [2, 2]
     assert min(shared[0][2]) == min(lat for _, lat in cands_a)
 
@@ -145,7 +145,7 @@ def test_old_database_files_still_load_and_transfer(tmp_path):
     db = Database.open_existing(d / "tuning_records.jsonl")
     assert len(db) == 3 and db.workload_name(key) == "old"
     assert list(db.hardware_records(HKEY)) == [key]
-    [(task, feats, _)] = transfer_data([db], ZNVER4_HW, exclude_workload=workload_key(other.func))
+    [(task, feats, _)] = transfer_data([db], ZNVER4_HW, exclude=workload_key(other.func))
     assert task == f"transfer:{key}" and len(feats) == 3
 
 
@@ -165,7 +165,7 @@ def test_pretrained_model_scores_before_any_measurement(tmp_path):
     db = Database(tmp_path)
     fill(db, *gemm_candidates((1, 64, 64, 64), 20, seed=0))
     model = CostModel(seed=0)
-    model.pretrain(transfer_data([db], ZNVER4_HW, exclude_workload="none"))
+    model.pretrain(transfer_data([db], ZNVER4_HW, exclude="none"))
     _, cands = gemm_candidates((1, 32, 64, 32), 4, seed=3)
     scores = model.predict([extract_features(s.func) for s, _ in cands])
     assert np.all(np.isfinite(scores)) and not np.allclose(scores, CostModel(seed=0).predict(scores[:, None]))

@@ -1,10 +1,11 @@
-"""``tensorsearch model tasks MODEL`` and ``tensorsearch model run MODEL``.
+"""``tensorsearch model tasks|tune|run MODEL``.
 
 MODEL is a built-in name (``resnet50``, ``bert_base``, ... ``--reduced`` for the small
 versions) or an ONNX file. ``tasks`` lists the fused kernels deduplicated into tasks;
-``run`` compiles every task (its best record in ``--work-dir``, else a default schedule), runs
-the model on seeded random inputs beside onnxruntime and prints both outputs' agreement and
-both latencies.
+``tune`` spends ``--trials`` over all of them (:func:`tensorsearch.search.scheduler.tune_model`)
+and prints the per-task table and the tuned model's latency beside onnxruntime's; ``run``
+compiles every task (its best record in ``--work-dir``, else a default schedule), runs the model
+on seeded random inputs beside onnxruntime and prints both outputs' agreement and both latencies.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def add_parsers(sub: Any) -> None:
     msub = p.add_subparsers(dest="model_command", required=True)
     for name, helptext, fn in [
         ("tasks", "list a model's fused kernels, deduplicated into weighted tasks", _cmd_tasks),
+        ("tune", "tune every task of a model with one trial budget (uses Ray)", _cmd_tune),
         ("run", "compile a model, run it beside onnxruntime, compare outputs and latency", _cmd_run),
     ]:
         q = msub.add_parser(name, help=helptext)
@@ -43,6 +45,8 @@ def add_parsers(sub: Any) -> None:
         )
         q.add_argument("--layout", choices=("NHWC", "NCHW"), default="NHWC", help="layout of convolutions inside")
         q.set_defaults(fn=fn)
+        if name == "tune":
+            _add_tune_arguments(q)
         if name == "run":
             q.add_argument("--hardware", default="host", help="hardware descriptor name or path (default host)")
             q.add_argument("--work-dir", help="a tuning work dir whose best records compile the tasks they cover")
@@ -51,6 +55,28 @@ def add_parsers(sub: Any) -> None:
             q.add_argument(
                 "--profile", action="store_true", help="also time each kernel; print the tasks that take longest"
             )
+
+
+def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
+    from ..search.scheduler import STRATEGIES
+    from .main import _positive_int
+
+    q.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. host or x86-znver4")
+    q.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure over all tasks")
+    q.add_argument(
+        "--work-dir",
+        help="directory for the database, logs, task table and curve; reusing one resumes its run "
+        "(default: runs/model-MODEL-HARDWARE)",
+    )
+    q.add_argument(
+        "--strategy",
+        choices=STRATEGIES,
+        default="gradient",
+        help="after each task's first round: the task with the largest expected gain (gradient, default) or "
+        "round-robin",
+    )
+    q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    q.add_argument("--address", help="Ray cluster address to join (default: start a local one)")
 
 
 def _input_shapes(specs: list[str]) -> dict[str, Any]:
@@ -94,6 +120,69 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     return 0
+
+
+def _cmd_tune(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from ..search.scheduler import tune_model
+    from ..search.workdir import WorkDirBusy
+    from ..target import load
+    from .main import _argument, _check_work_dir
+
+    hw = _argument("--hardware", load, args.hardware)
+    proto, graph = _load(args)
+    slug = Path(str(args.model)).stem + ("-reduced" if args.reduced else "")
+    work_dir = Path(args.work_dir or Path("runs") / f"model-{slug}-{hw.name}")
+    _argument("--work-dir", _check_work_dir, work_dir)
+    print(
+        f"tensorsearch model tune: {args.model} on {hw.name}, {args.trials} trials, work dir {work_dir}",
+        file=sys.stderr,
+    )
+
+    def progress(p: Any) -> None:
+        estimate = "n/a" if p.estimated_latency is None else f"{p.estimated_latency * 1e3:.4g} ms"
+        if p.stage is not None:
+            print(f"  {p.stage}", file=sys.stderr, flush=True)
+        else:
+            best = "n/a" if p.task_best is None else f"{p.task_best * 1e3:.4g} ms"
+            print(
+                f"  round {p.round}: task {p.task} {p.task_name}, best {best}; model estimate {estimate}; "
+                f"{p.trials_done}/{p.trials_total} trials, {p.elapsed_s:.0f} s",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    try:
+        result = tune_model(
+            graph, hw, args.trials, work_dir, strategy=args.strategy, seed=args.seed, address=args.address,
+            progress=progress, layout=args.layout,
+        )  # fmt: skip
+    except WorkDirBusy as busy:
+        print(f"tensorsearch model tune: error: {busy.message('--work-dir')}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: every measured record is kept in {work_dir / 'database'}; run the same command again to "
+            "resume",
+            file=sys.stderr,
+        )
+        return 130
+    print(result.table())
+    if result.model_latency is not None:
+        feeds = random_feeds(proto, graph, args.seed)
+        theirs = statistics.median(_time_ort(_ort_session(proto), feeds, 10))
+        ours = result.model_latency
+        print(f"onnxruntime latency: {theirs * 1e3:.4g} ms (onnxruntime / ours = {theirs / ours:.2f}x)")
+    files = ", ".join(str(work_dir / f) for f in ("tasks.md", "tasks.csv", "model_curve.png", "logs"))
+    print(f"files: {files}", file=sys.stderr)
+    return 0
+
+
+def random_feeds(proto: Any, graph: Any, seed: int) -> dict[str, np.ndarray]:
+    from ..graph.models import random_inputs
+
+    return random_inputs(_bound(proto, graph), seed=seed)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

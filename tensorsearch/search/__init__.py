@@ -7,7 +7,7 @@
 
 Modules (see docs/search.md): ``space`` (schedule rules, design space), ``postproc``,
 ``mutator``, ``evolutionary`` (the search), ``features`` and ``cost_model``, ``database``,
-``measure`` (Ray builders and runners), ``parallel`` (the search's own work on Ray), ``tuner`` (tune, compile_best),
+``measure`` (Ray builders and runners), ``parallel`` (the search's own work on Ray), ``tuner`` (tune, compile_best), ``scheduler`` (tune_model: a budget over a model's tasks),
 ``workdir`` (one tuning run at a time per work dir), ``report`` (progress bar, tables, tuning
 curve). Only this package imports Ray; names load on first use, so importing it is cheap.
 """
@@ -18,6 +18,8 @@ from typing import Any
 _NAMES = {
     "tune": "tuner",
     "compile_best": "tuner",
+    "tune_model": "scheduler",
+    "ModelTuneResult": "scheduler",
     "compile_model": "model",
     "CompiledModel": "model",
     "default_schedule": "model",

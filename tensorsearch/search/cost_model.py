@@ -288,18 +288,19 @@ def _record_features(func: PrimFunc, trace_json: str, hardware: Hardware) -> np.
 
 
 def transfer_data(
-    databases: Sequence[Database], hardware: Hardware, exclude_workload: str, max_records: int = 256
+    databases: Sequence[Database], hardware: Hardware, exclude: str | set[str], max_records: int = 256
 ) -> list[tuple[str, list[np.ndarray], list[float]]]:
-    """Training data for :meth:`CostModel.pretrain`: records of every workload but
-    ``exclude_workload`` measured on ``hardware`` (the records of its hardware key) in ``databases`` (:class:`~.database.Database`
+    """Training data for :meth:`CostModel.pretrain`: records of every workload but those of
+    ``exclude`` (a workload key or a set of them) measured on ``hardware`` (the records of its hardware key) in ``databases`` (:class:`~.database.Database`
     objects), at most ``max_records`` in all, shared evenly among the workloads that have a
     successful record, spread over each one's latencies; one ``(task, features, latencies)`` per
     workload, the task named ``transfer:<workload key>``."""
     hkey = hardware_key(hardware)
+    excluded = {exclude} if isinstance(exclude, str) else set(exclude)
     by_workload: dict[str, tuple[Any, list[Any]]] = {}
     for db in databases:
         for wkey, records in db.hardware_records(hkey).items():
-            if wkey == exclude_workload or not any(r.ok for r in records):
+            if wkey in excluded or not any(r.ok for r in records):
                 continue
             _, have = by_workload.setdefault(wkey, (db, []))
             seen = {r.candidate_key for r in have}

@@ -424,7 +424,9 @@ class Measurer:
     compiled for it (with ``a * b + c`` contracted into FMA when ``fp_contract``) and run on the
     cluster's nodes, which must be such machines. ``number`` (None: grow until a repeat takes
     ``min_repeat_ms``) and ``repeat`` are passed to ``mod.time``; ``check=False`` skips the
-    comparison with the reference. One Measurer at a time should use a cluster.
+    comparison with the reference. One Measurer at a time should use a cluster. ``reference``:
+    another Measurer's ``reference`` of the same function and seed (its inputs, expected outputs
+    and checker), not computed again.
     """
 
     def __init__(
@@ -442,6 +444,7 @@ class Measurer:
         check: bool = True,
         seed: int = 0,
         min_repeat_ms: float = 20.0,
+        reference: tuple[Any, ...] | None = None,
     ) -> None:
         if func is None:
             if workload is None:
@@ -465,7 +468,9 @@ class Measurer:
         init_ray(address)
         import ray
 
-        inputs, out_positions, expected, checker = _reference(func, workload, seed)
+        # computed once per task by a caller that makes several Measurers of it (the model scheduler)
+        self.reference = reference if reference is not None else _reference(func, workload, seed)
+        inputs, out_positions, expected, checker = self.reference
         self._runner_args = (ray.put(inputs), out_positions, ray.put(expected), checker, seed)
         self._slots: list[_Slot] = []
         gpu = self.hardware.kind == "gpu"

@@ -394,3 +394,39 @@ def write_curve_png(
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     return path
+
+
+def write_latency_curve_png(
+    path: str | os.PathLike[str], curve: Iterable[tuple[int, float]], measured: float | None, title: str
+) -> Path:
+    """Plot an estimated latency (seconds) against trials as a step plot in milliseconds, with a
+    ``measured`` latency (seconds) as a marker at the last trial; return the PNG's path."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    points = [(int(n), float(s) * 1e3) for n, s in curve if math.isfinite(s) and s > 0]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = Figure(figsize=(7, 3.8))
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if points:
+        xs, ys = zip(*points, strict=True)
+        ax.step(xs, ys, where="post", color="tab:blue", linewidth=1.8, label="estimated (sum of weight x best)")
+        top = max(ys)
+        if measured is not None and math.isfinite(measured):
+            ax.plot([xs[-1]], [measured * 1e3], "s", color="tab:red", label=f"measured {measured * 1e3:.4g} ms")
+            top = max(top, measured * 1e3)
+        ax.set_ylim(0, top * 1.15)
+        ax.set_xlim(0, max(xs) * 1.02 or 1)
+        ax.legend(loc="upper right")
+    else:
+        ax.text(0.5, 0.5, "no estimate yet (a task has no successful trial)", ha="center", va="center",
+                transform=ax.transAxes)  # fmt: skip
+    ax.set_xlabel("trials (all tasks)")
+    ax.set_ylabel("model latency (ms)")
+    ax.set_title(title)
+    ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    return path

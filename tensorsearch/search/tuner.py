@@ -44,6 +44,7 @@ from ..target import Hardware, load
 from ..workloads import Workload
 from .cost_model import CostModel
 from .database import Database
+from .database import workload_key as workload_key_of
 from .evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
 from .space import Candidate, DesignSpace
 
@@ -208,20 +209,11 @@ def _tune(
     transfer_from: Sequence[str | os.PathLike],
     t_start: float,
 ) -> TuneResult:
-    """:func:`tune`'s run, with the work dir held."""
-    from .database import TuningRecord, hardware_key
+    """:func:`tune`'s run, with the work dir held: one :class:`TaskSearch` run to its budget."""
     from .measure import Measurer, init_ray, ray_started
-    from .parallel import LocalEvaluator, RayEvaluator
 
-    config = config or SearchConfig()
     db = Database(work_dir)
-    wkey = db.commit_workload(func, name)
-    hkey = hardware_key(hw)
     unit = _unit(func)
-    ops = workload.flops if workload is not None else count_ops(func)
-
-    def throughput(latency: float) -> float:
-        return ops / latency / 1e9 if latency > 0 and math.isfinite(latency) else 0.0
 
     def stage(text: str, done: int = 0) -> None:
         if progress is not None:
@@ -230,177 +222,254 @@ def _tune(
     cost_model = CostModel(seed=seed)
     if transfer:
         stage("pre-training the cost model on other workloads' records")
-    transferred = _pretrain(cost_model, db, transfer_from, hw, wkey) if transfer else 0
+    transferred = _pretrain(cost_model, db, transfer_from, hw, {workload_key_of(func)}) if transfer else 0
     stage(f"making the design spaces of {name} for {hw.name}")
-    space = DesignSpace(func, hw)
+    task = TaskSearch(func, workload, name, hw, db, cost_model, config or SearchConfig(), seed)
     if not ray_started():
         stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
     init_ray(address)
-    evaluator = LocalEvaluator(space) if workers == 0 else RayEvaluator(space, workers)
+    evaluator = task.evaluator(workers)
     measurer = Measurer(func, hw, workload=workload, address=address, timeout_s=timeout_s, repeat=repeat, seed=seed)
-    search = EvolutionarySearch(space, cost_model, config, seed, evaluator)
     try:
-        records = db.records(wkey, hkey)
-        measured_keys = {r.candidate_key for r in records}
-        curve: list[tuple[int, float]] = []
-        best = math.inf
-        for i, r in enumerate(records):
-            best = min(best, r.latency)
-            curve.append((i + 1, throughput(best)))
-        # resume: the cost model learns from the records measured before
-        ok_records = sorted((r for r in records if r.ok), key=lambda r: r.latency)
-        measured: list[Candidate] = []
-        if records:
-            stage(f"resuming from {len(records)} records in {db.dir}", len(records))
-            replayed = measured_population(
-                space, evaluator, [(Trace.from_json(r.trace).simplified(remove_postproc=True), 0) for r in records]
-            )
-            by_key = {c.key: c for c in replayed}
-            feats = [by_key[r.candidate_key].features for r in records if r.candidate_key in by_key]
-            lats = [r.latency for r in records if r.candidate_key in by_key]
-            if feats:
-                cost_model.update(feats, lats)
-            measured = [by_key[r.candidate_key] for r in ok_records if r.candidate_key in by_key]
-        stats_all: list[RoundStats] = []
-        failed = sum(1 for r in records if not r.ok)
-        done = len(records)
+        if task.records:
+            stage(f"resuming from {len(task.records)} records in {db.dir}", len(task.records))
+        task.resume(evaluator)
+        done_at_start = len(task.records)
         t_loop = time.perf_counter()
-        done_at_start = done
-        if done < trials:
-            stage(
-                f"searching the first {'' if done == 0 else 'resumed '}round ({len(space.traces)} design spaces)", done
-            )
-        while done < trials:
-            stats = RoundStats()
-            want = min(config.num_trials_per_iter, trials - done)
-            # a round that needs fewer candidates than a full batch evolves a smaller population
-            search.config = config.replace(
-                num_trials_per_iter=want,
-                population_size=min(config.population_size, max(8 * want, config.init_min_unmeasured)),
-            )
-            batch = search.next_batch(measured, measured_keys, stats)
-            stats_all.append(stats)
-            if not batch:
-                if not records:
-                    reasons = [space.why_invalid(k, seed) for k in range(len(space.traces))]
-                    raise TuneError(
-                        f"tune: no sample of the {len(space.traces)} design space(s) of {name} on {hw.name} is a valid "
-                        f"program; the first refusal: {next((r for r in reasons if r), 'unknown')}"
-                    )
-                break  # the design space has nothing left to offer
-            new_feats, new_lats = [], []
 
-            def on_result(
-                i: int,
-                result: Any,
-                batch: list[Candidate] = batch,
-                new_feats: list = new_feats,
-                new_lats: list = new_lats,
-            ) -> None:
-                nonlocal done, failed, best
-                cand = batch[i]
-                done += 1
-                rec = TuningRecord(
-                    workload_key=wkey,
-                    hardware_key=hkey,
-                    candidate_key=cand.key,
-                    trace=cand.trace.as_json_text(),
-                    latencies=tuple(result.latencies),
-                    error=result.error,
-                    build_seconds=result.build_seconds,
-                    trial=done,
-                    timestamp=time.time(),
+        def on_record(record: Any) -> None:
+            if progress is None:
+                return
+            done = len(task.records)
+            # seconds per trial, search included; known once a whole round has been measured
+            rate = (time.perf_counter() - t_loop) / max(done - done_at_start, 1) if len(task.stats) > 1 else None
+            best = task.best_throughput
+            progress(
+                Progress(
+                    done, trials, best, time.perf_counter() - t_start,
+                    None if rate is None else rate * (trials - done), task.failed, unit,
                 )
-                db.commit_record(rec)
-                records.append(rec)
-                measured_keys.add(cand.key)
-                new_feats.append(cand.features)
-                new_lats.append(rec.latency)
-                if rec.ok:
-                    measured.append(cand)
-                    best = min(best, rec.latency)
-                else:
-                    failed += 1
-                curve.append((done, throughput(best)))
-                if progress is not None:
-                    elapsed = time.perf_counter() - t_start
-                    # seconds per trial, search included; known once a whole round has been measured
-                    rate = (time.perf_counter() - t_loop) / max(done - done_at_start, 1) if len(stats_all) > 1 else None
-                    progress(
-                        Progress(
-                            done,
-                            trials,
-                            throughput(best) if math.isfinite(best) else None,
-                            elapsed,
-                            None if rate is None else rate * (trials - done),
-                            failed,
-                            unit,
-                        )
-                    )
+            )  # fmt: skip
 
-            t_measure = time.perf_counter()
-            slow_after = SLOW_FACTOR * best if math.isfinite(best) else None
-            measurer.measure([c.func for c in batch], on_result=on_result, slow_after=slow_after)
-            stats.measured = len(batch)
-            stats.measure_seconds = time.perf_counter() - t_measure
-            cost_model.update(new_feats, new_lats)
-            latency_of = {r.candidate_key: r.latency for r in records}
-            measured.sort(key=lambda c: latency_of.get(c.key, math.inf))
-        ok = [r for r in records if r.ok]
-        if not ok:
-            raise TuneError(
-                f"tune: none of the {len(records)} candidates measured for {name} on {hw.name} ran correctly; "
-                f"see the errors in {Path(work_dir) / 'database'}"
-            )
-        if done > done_at_start:
-            stage(f"re-timing the {min(FINALISTS, len(ok))} fastest together", done)
-            _retime_finalists(db, measurer, measured, wkey, hkey)
-        best_rec = db.best(wkey, hkey)[0]
-        trace = Trace.from_json(best_rec.trace)
-        module = _build(func, hw, trace)
-        return TuneResult(
-            trace=trace,
-            latency=db.latency(best_rec),
-            throughput=throughput(db.latency(best_rec)),
-            unit=unit,
-            module=module,
-            workload_key=wkey,
-            hardware_key=hkey,
-            trials=len(records),
-            curve=curve,
-            records=list(records),
-            wall_seconds=time.perf_counter() - t_start,
-            work_dir=Path(work_dir),
-            name=name,
-            search_stats=stats_all,
-            transferred=transferred,
-        )
+        if done_at_start < trials:
+            kind = "" if done_at_start == 0 else "resumed "
+            stage(f"searching the first {kind}round ({len(task.space.traces)} design spaces)", done_at_start)
+        while len(task.records) < trials:
+            if not task.run_round(trials - len(task.records), evaluator, measurer, on_record):
+                break  # the design space has nothing left to offer
+        task.check_some_ran(work_dir)
+        if len(task.records) > done_at_start:
+            stage(f"re-timing the {min(FINALISTS, len(task.ok_records))} fastest together", len(task.records))
+            task.retime_finalists(measurer)
+        return task.result(t_start, work_dir, transferred)
     finally:
         measurer.close()
         evaluator.close()
 
 
-def _retime_finalists(db: Database, measurer: Any, measured: list[Candidate], wkey: str, hkey: str) -> None:
-    """Time the ``FINALISTS`` fastest candidates again, ``FINALIST_ROUNDS`` rounds interleaved,
-    and record it: the best is then chosen under the same noise, not by one lucky batch.
+class TaskSearch:
+    """One task's search between rounds: its design space, evolutionary search, measured
+    candidates and records. :func:`tune` runs one to its budget; the model scheduler
+    (:mod:`.scheduler`) runs one per task, a round at a time, with the cost model shared.
 
-    On the shared 2-vCPU machine, one candidate's tuner latency and a later timing differed by up
-    to 35%, both ways (float32 C2D:2: the tuner's best, 1.26 ms, re-timed at 1.4-1.7 ms; its third,
-    1.42 ms, at 1.13-1.21 ms)."""
-    by_key = {c.key: c for c in measured}
-    finalists = [r for r in db.best(wkey, hkey, FINALISTS) if r.candidate_key in by_key]
-    if len(finalists) < 2:
-        return
-    samples = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
-    for rec, lats in zip(finalists, samples, strict=True):
-        db.commit_retiming(wkey, hkey, rec.candidate_key, lats)
+    The evaluator (the search's Ray actors) and the measurer are passed to each call, so a
+    scheduler holds them only while the task runs. Records already in the database count:
+    :meth:`resume` replays them into the cost model and the measured population once."""
+
+    def __init__(
+        self,
+        func: PrimFunc,
+        workload: Workload | None,
+        name: str,
+        hw: Hardware,
+        db: Database,
+        cost_model: CostModel,
+        config: SearchConfig,
+        seed: int,
+    ) -> None:
+        from .database import hardware_key
+
+        self.func, self.workload, self.name, self.hw, self.db = func, workload, name, hw, db
+        self.config, self.seed, self.cost_model = config, seed, cost_model
+        self.wkey = db.commit_workload(func, name)
+        self.hkey = hardware_key(hw)
+        self.unit = _unit(func)
+        self.ops = workload.flops if workload is not None else count_ops(func)
+        self.space = DesignSpace(func, hw)
+        self.search = EvolutionarySearch(self.space, cost_model, config, seed, None)
+        self.records: list[Any] = db.records(self.wkey, self.hkey)
+        self.measured_keys = {r.candidate_key for r in self.records}
+        self.best = math.inf
+        self.curve: list[tuple[int, float]] = []
+        for i, r in enumerate(self.records):
+            self.best = min(self.best, r.latency)
+            self.curve.append((i + 1, self.throughput(self.best)))
+        self.measured: list[Candidate] = []  # successful candidates, fastest first
+        self.stats: list[RoundStats] = []
+        self._resumed = False
+
+    def throughput(self, latency: float) -> float:
+        return self.ops / latency / 1e9 if latency > 0 and math.isfinite(latency) else 0.0
+
+    @property
+    def best_throughput(self) -> float | None:
+        return self.throughput(self.best) if math.isfinite(self.best) else None
+
+    @property
+    def failed(self) -> int:
+        return sum(1 for r in self.records if not r.ok)
+
+    @property
+    def ok_records(self) -> list[Any]:
+        return [r for r in self.records if r.ok]
+
+    def evaluator(self, workers: int | None) -> Any:
+        """Where this task's candidates are replayed: ``workers`` Ray actors (None: one per CPU), or
+        this process (0)."""
+        from .parallel import LocalEvaluator, RayEvaluator
+
+        return LocalEvaluator(self.space) if workers == 0 else RayEvaluator(self.space, workers)
+
+    def resume(self, evaluator: Any) -> None:
+        """Teach the cost model the records measured before and seed the population with the
+        successful ones (once; nothing to do for a new task)."""
+        if self._resumed or not self.records:
+            self._resumed = True
+            return
+        self._resumed = True
+        traces = [(Trace.from_json(r.trace).simplified(remove_postproc=True), 0) for r in self.records]
+        by_key = {c.key: c for c in measured_population(self.space, evaluator, traces)}
+        known = [r for r in self.records if r.candidate_key in by_key]
+        if known:
+            self.cost_model.update(
+                [by_key[r.candidate_key].features for r in known], [r.latency for r in known], self.wkey
+            )
+        ok = sorted((r for r in known if r.ok), key=lambda r: r.latency)
+        self.measured = [by_key[r.candidate_key] for r in ok]
+
+    def run_round(
+        self, limit: int, evaluator: Any, measurer: Any, on_record: Callable[[Any], None] | None = None
+    ) -> int:
+        """Propose and measure one round of at most ``limit`` candidates (``num_trials_per_iter``
+        at most), each committed to the database as it is measured; returns how many were
+        measured: 0 when the design space has nothing new left. TuneError when the first round
+        finds no valid program at all."""
+        from .database import TuningRecord
+
+        self.resume(evaluator)
+        stats = RoundStats()
+        want = min(self.config.num_trials_per_iter, limit)
+        # a round that needs fewer candidates than a full batch evolves a smaller population
+        self.search.config = self.config.replace(
+            num_trials_per_iter=want,
+            population_size=min(self.config.population_size, max(8 * want, self.config.init_min_unmeasured)),
+        )
+        self.search.evaluator = evaluator
+        batch = self.search.next_batch(self.measured, self.measured_keys, stats)
+        self.stats.append(stats)
+        if not batch:
+            if not self.records:
+                reasons = [self.space.why_invalid(k, self.seed) for k in range(len(self.space.traces))]
+                raise TuneError(
+                    f"tune: no sample of the {len(self.space.traces)} design space(s) of {self.name} on "
+                    f"{self.hw.name} is a valid program; the first refusal: {next((r for r in reasons if r), 'unknown')}"
+                )
+            return 0
+        new_feats: list[Any] = []
+        new_lats: list[float] = []
+
+        def on_result(i: int, result: Any) -> None:
+            cand = batch[i]
+            rec = TuningRecord(
+                workload_key=self.wkey,
+                hardware_key=self.hkey,
+                candidate_key=cand.key,
+                trace=cand.trace.as_json_text(),
+                latencies=tuple(result.latencies),
+                error=result.error,
+                build_seconds=result.build_seconds,
+                trial=len(self.records) + 1,
+                timestamp=time.time(),
+            )
+            self.db.commit_record(rec)
+            self.records.append(rec)
+            self.measured_keys.add(cand.key)
+            new_feats.append(cand.features)
+            new_lats.append(rec.latency)
+            if rec.ok:
+                self.measured.append(cand)
+                self.best = min(self.best, rec.latency)
+            self.curve.append((len(self.records), self.throughput(self.best)))
+            if on_record is not None:
+                on_record(rec)
+
+        t_measure = time.perf_counter()
+        slow_after = SLOW_FACTOR * self.best if math.isfinite(self.best) else None
+        measurer.measure([c.func for c in batch], on_result=on_result, slow_after=slow_after)
+        stats.measured = len(batch)
+        stats.measure_seconds = time.perf_counter() - t_measure
+        self.cost_model.update(new_feats, new_lats, self.wkey)
+        latency_of = {r.candidate_key: r.latency for r in self.records}
+        self.measured.sort(key=lambda c: latency_of.get(c.key, math.inf))
+        return len(batch)
+
+    def check_some_ran(self, work_dir: str | os.PathLike) -> None:
+        """TuneError when no candidate measured so far ran correctly."""
+        if not self.ok_records:
+            raise TuneError(
+                f"tune: none of the {len(self.records)} candidates measured for {self.name} on {self.hw.name} ran "
+                f"correctly; see the errors in {Path(work_dir) / 'database'}"
+            )
+
+    def retime_finalists(self, measurer: Any) -> None:
+        """Time the ``FINALISTS`` fastest candidates again, ``FINALIST_ROUNDS`` rounds interleaved,
+        and record it: the best is then chosen under the same noise, not by one lucky batch.
+
+        On the shared 2-vCPU machine, one candidate's tuner latency and a later timing differed by
+        up to 35%, both ways (float32 C2D:2: the tuner's best, 1.26 ms, re-timed at 1.4-1.7 ms; its
+        third, 1.42 ms, at 1.13-1.21 ms)."""
+        by_key = {c.key: c for c in self.measured}
+        finalists = [r for r in self.db.best(self.wkey, self.hkey, FINALISTS) if r.candidate_key in by_key]
+        if len(finalists) < 2:
+            return
+        samples = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
+        for rec, lats in zip(finalists, samples, strict=True):
+            self.db.commit_retiming(self.wkey, self.hkey, rec.candidate_key, lats)
+
+    def best_latency(self) -> float:
+        """The best record's latency (re-timings included); ``math.inf`` when none ran."""
+        best = self.db.best(self.wkey, self.hkey, 1)
+        return self.db.latency(best[0]) if best else math.inf
+
+    def result(self, t_start: float, work_dir: str | os.PathLike, transferred: int) -> TuneResult:
+        """The best record, built."""
+        best_rec = self.db.best(self.wkey, self.hkey)[0]
+        trace = Trace.from_json(best_rec.trace)
+        latency = self.db.latency(best_rec)
+        return TuneResult(
+            trace=trace,
+            latency=latency,
+            throughput=self.throughput(latency),
+            unit=self.unit,
+            module=_build(self.func, self.hw, trace),
+            workload_key=self.wkey,
+            hardware_key=self.hkey,
+            trials=len(self.records),
+            curve=list(self.curve),
+            records=list(self.records),
+            wall_seconds=time.perf_counter() - t_start,
+            work_dir=Path(work_dir),
+            name=self.name,
+            search_stats=list(self.stats),
+            transferred=transferred,
+        )
 
 
 def _pretrain(
-    cost_model: CostModel, db: Database, sources: Sequence[str | os.PathLike], hw: Hardware, wkey: str
+    cost_model: CostModel, db: Database, sources: Sequence[str | os.PathLike], hw: Hardware, exclude: set[str]
 ) -> int:
-    """Pre-train ``cost_model`` on other workloads' records of hardware ``hw`` in ``db`` and in
-    the databases at ``sources``; returns how many records it learned from."""
+    """Pre-train ``cost_model`` on the records of hardware ``hw`` of workloads not in ``exclude``
+    (their keys) in ``db`` and in the databases at ``sources``; returns how many it learned from."""
     from .cost_model import transfer_data
     from .database import Database, DatabaseError
 
@@ -412,7 +481,7 @@ def _pretrain(
             dbs.append(Database.open_existing(path))
         except DatabaseError as err:
             raise TuneError(f"tune: transfer_from: {err}") from None
-    return cost_model.pretrain(transfer_data(dbs, hw, wkey))
+    return cost_model.pretrain(transfer_data(dbs, hw, exclude))
 
 
 def _build(func: PrimFunc, hw: Hardware, trace: Trace) -> Module:

@@ -1,0 +1,563 @@
+"""``tune_model``: one trial budget spent over every task of a model (MetaSchedule's task scheduler).
+
+::
+
+    import tensorsearch as ts
+    result = ts.tune_model("resnet50.onnx", "host", trials=2000, work_dir="runs/resnet50")
+    print(result.table())         # task, weight, FLOPs, trials, best latency, share of model time
+    result.estimated_latency      # sum over the tasks of weight x best latency, seconds
+    result.model_latency          # the model compiled with the best records, timed at the end
+    exe = ts.compile_model("resnet50.onnx", "host", work_dir="runs/resnet50")
+
+**Allocation.** Rounds of at most ``num_trials_per_iter`` (64) trials, each given to one task.
+First every task gets one round, in the model's order (with a budget too small for full rounds,
+the first rounds share what is left). Then ``strategy="round-robin"`` goes on cycling, and
+``strategy="gradient"`` (the default) gives the round to the task whose next trials are
+expected to cut the model's latency most: TVM MetaSchedule's ``GradientBased`` scheduler (from
+Ansor, OSDI 2020, section 6). With ``b_1 .. b_n`` the task's best latency after each of its
+rounds and ``w`` its weight (how many times the model runs it)::
+
+    backward = (b_{n-window} - b_n) / window     # the recent gain per round; 0 while n <= window
+    forward  = b_n / n                           # optimistic: another round gains an average round's share
+    gradient = w * (alpha * backward + (1 - alpha) * forward)       # alpha 0.2, window 3 (TVM's)
+
+A task none of whose candidates has run yet scores lowest; equal scores are broken at random
+(seeded). A task whose design space has nothing new left, or that has no valid program, stops.
+
+**What is shared.** One database (records keyed by task and hardware, as :func:`~.tuner.tune`
+writes them, so ``tune`` and ``compile_model`` read the same records) and one cost model for
+all tasks (each task's latencies normalized by its own best; pre-trained on the records of
+other workloads of the same hardware, so a new task starts warm). A task's search actors and
+runner live while its rounds run and are replaced when another task's round starts.
+
+**Files** in ``work_dir``: ``database/``; ``logs/scheduler.log`` (each round: task, why it was
+chosen, trials, best latency, estimated model latency); ``logs/tasks/NN-name.log`` (each
+round of one task); at the end ``tasks.csv`` and ``tasks.md`` (the table) and
+``model_curve.csv`` / ``model_curve.png`` (the estimated model latency against trials, with the
+measured one). Running again with the same work dir resumes: every task's records count toward
+``trials``, and each task's round history is rebuilt from its records.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import random
+import statistics
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..ir import PrimFunc
+from ..schedule import ScheduleError
+from ..target import Hardware, load
+from ..workloads import Workload
+from .cost_model import CostModel
+from .database import Database
+from .evolutionary import SearchConfig
+from .report import format_markdown_table, format_table
+from .space import SearchSpaceError
+from .tuner import TaskSearch, TuneError, TuneInputError, _pretrain, check_runs_here
+
+__all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_model"]
+
+STRATEGIES = ("gradient", "round-robin")
+ALPHA = 0.2  # weight of the backward (measured) gradient against the forward (optimistic) one
+WINDOW = 3  # rounds over which the backward gradient is taken
+TABLE_COLUMNS = ("#", "task", "weight", "MFLOPs", "trials", "best ms", "weight x best ms", "share", "status")
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One task in :class:`ModelTuneResult`: ``best_latency`` in seconds (``math.inf`` when none
+    ran); ``status`` is "tuned", or why the task was not (its space refused, nothing ran)."""
+
+    name: str
+    key: str
+    weight: int
+    flops: int
+    trials: int
+    best_latency: float
+    status: str
+
+
+@dataclass
+class ModelTuneResult:
+    """What :func:`tune_model` found: a row per task, the curve of the estimated model latency
+    (sum of weight x best latency, seconds) against trials, and the compiled model's latency."""
+
+    tasks: list[TaskRow]
+    curve: list[tuple[int, float]]
+    estimated_latency: float | None
+    model_latency: float | None
+    trials: int
+    wall_seconds: float
+    work_dir: Path
+    strategy: str
+    rounds: list[int] = field(default_factory=list)  # the task index of each round run by this call
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        """The table's rows (``TABLE_COLUMNS``)."""
+        est = self.estimated_latency
+        out = []
+        for n, t in enumerate(self.tasks):
+            ok = math.isfinite(t.best_latency)
+            share = f"{100 * t.weight * t.best_latency / est:.1f}%" if ok and est else ""
+            best = f"{t.best_latency * 1e3:.4g}" if ok else ""
+            total = f"{t.weight * t.best_latency * 1e3:.4g}" if ok else ""
+            out.append((n, t.name, t.weight, f"{t.flops / 1e6:.2f}", t.trials, best, total, share, t.status))
+        return out
+
+    def table(self) -> str:
+        """The per-task table as plain text, with the estimated and measured model latency below."""
+        lines = [format_table(self.rows(), TABLE_COLUMNS)]
+        lines.append(f"estimated model latency (sum of weight x best): {_ms(self.estimated_latency)}")
+        if self.model_latency is not None:
+            lines.append(f"measured model latency (compiled with the best records): {_ms(self.model_latency)}")
+        return "\n".join(lines)
+
+
+@dataclass
+class ModelProgress:
+    """Passed to ``tune_model``'s ``progress`` callback after each round, and before each step
+    that takes a while (``stage`` says what); ``task`` is the index of the round's task."""
+
+    trials_done: int
+    trials_total: int
+    estimated_latency: float | None
+    elapsed_s: float
+    round: int = 0
+    task: int | None = None
+    task_name: str = ""
+    task_best: float | None = None
+    stage: str | None = None
+
+
+@dataclass
+class _Entry:
+    """A task to tune: its function (and workload, for its own reference), name and weight."""
+
+    name: str
+    func: PrimFunc
+    weight: int
+    flops: int | None = None
+    workload: Workload | None = None
+
+
+class _TaskState:
+    """A task's :class:`TaskSearch` (None when its design space refused), its round history and log."""
+
+    def __init__(self, index: int, entry: _Entry, search: TaskSearch | None, status: str, log: Path) -> None:
+        self.index, self.entry, self.search, self.status, self.log = index, entry, search, status, log
+        self.alive = search is not None
+        self.history: list[float] = []  # best latency after each round
+        self.reference: Any = None  # the measurer's inputs and expected outputs, computed once
+        if search is not None:  # a resumed task's rounds, rebuilt from its records
+            per = search.config.num_trials_per_iter
+            best = math.inf
+            for i, r in enumerate(search.records):
+                best = min(best, r.latency)
+                if (i + 1) % per == 0 or i + 1 == len(search.records):
+                    self.history.append(best)
+            if search.records:  # the best as re-timed at the end of the last run
+                search.best = self.history[-1] = search.best_latency()
+
+    @property
+    def trials(self) -> int:
+        return len(self.search.records) if self.search is not None else 0
+
+    @property
+    def best(self) -> float:
+        return self.search.best if self.search is not None else math.inf
+
+    def gradient(self, alpha: float, window: int) -> float:
+        n = len(self.history)
+        best = self.history[-1] if n else math.inf
+        if not math.isfinite(best):
+            return -1e9
+        backward = (self.history[n - 1 - window] - best) / window if n >= 1 + window else 0.0
+        forward = best / n
+        return self.entry.weight * (alpha * backward + (1 - alpha) * forward)
+
+    def write_log(self, line: str) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None or not math.isfinite(seconds) else f"{seconds * 1e3:.4g} ms"
+
+
+def _file_name(index: int, name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in name)[:60]
+    return f"{index:02d}-{safe}.log"
+
+
+def _entries(model: Any, input_shapes: Mapping[str, Any] | None, layout: str) -> tuple[list[_Entry], Any]:
+    """The tasks to tune and the graph (None when tasks were given)."""
+    from ..graph.fuse import Task
+
+    if isinstance(model, Sequence) and not isinstance(model, str | bytes):
+        entries = []
+        for n, t in enumerate(model):
+            if isinstance(t, Task):
+                entries.append(_Entry(t.name, t.func, t.weight, t.flops))
+            elif isinstance(t, Workload):
+                entries.append(_Entry(t.key, t.func, 1, t.flops, t))
+            else:
+                raise TuneInputError(
+                    f"tune_model: task {n} is a {type(t).__name__}; give graph Tasks "
+                    "(tensorsearch.graph.extract_tasks) or workloads (tensorsearch.workloads.get)"
+                )
+        if not entries:
+            raise TuneInputError("tune_model: the task list is empty")
+        return entries, None
+    from .model import model_tasks
+
+    graph, _, tasks = model_tasks(model, input_shapes=input_shapes, layout=layout)
+    return [_Entry(t.name, t.func, t.weight, t.flops) for t in tasks], graph
+
+
+def tune_model(
+    model: Any,
+    hardware: Hardware | str | os.PathLike,
+    trials: int,
+    work_dir: str | os.PathLike,
+    *,
+    strategy: str = "gradient",
+    seed: int = 0,
+    address: str | None = None,
+    config: SearchConfig | None = None,
+    progress: Callable[[ModelProgress], None] | None = None,
+    workers: int | None = None,
+    timeout_s: float = 10.0,
+    repeat: int = 3,
+    transfer: bool = True,
+    input_shapes: Mapping[str, Any] | None = None,
+    layout: str = "NHWC",
+    measure_model: bool = True,
+    alpha: float = ALPHA,
+    window: int = WINDOW,
+) -> ModelTuneResult:
+    """Tune every task of ``model`` for ``hardware`` with ``trials`` measurements in all.
+
+    ``model``: a :class:`~tensorsearch.graph.Graph`, an ONNX path or ``ModelProto``, or a list of
+    tasks (``tensorsearch.graph.Task`` or workloads). ``strategy``: "gradient" or "round-robin"
+    (see the module docstring). ``measure_model``: when a model (not a task list) is given and
+    this machine runs ``hardware``, compile it with the best records and time it at the end.
+    The other arguments are :func:`~.tuner.tune`'s. The work dir is held for the whole run.
+    """
+    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
+        raise TuneInputError(f"tune_model: trials must be a positive integer, got {trials!r}")
+    if strategy not in STRATEGIES:
+        raise TuneInputError(f"tune_model: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+    if not 0.0 <= alpha <= 1.0 or window < 1:
+        raise TuneInputError(f"tune_model: alpha must be in [0, 1] and window at least 1, got {alpha}, {window}")
+    t_start = time.perf_counter()
+    hw = load(hardware)
+    check_runs_here(hw, address)
+    entries, graph = _entries(model, input_shapes, layout)
+    from .workdir import hold_work_dir
+
+    with hold_work_dir(work_dir):
+        run = _ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
+        run.alpha, run.window, run.t_start = alpha, window, t_start
+        run.start(transfer)
+        run.tune(address, workers, timeout_s, repeat)
+        model_latency = None
+        if graph is not None and measure_model and hw.runs_here:
+            run.stage("compiling the model with the best records and timing it")
+            model_latency = _time_model(model, hw, work_dir, input_shapes, layout, seed)
+        return run.finish(model_latency)
+
+
+class _ModelRun:
+    """:func:`tune_model`'s state: the tasks, the shared cost model and database, the rounds."""
+
+    def __init__(
+        self,
+        entries: list[_Entry],
+        hw: Hardware,
+        trials: int,
+        work_dir: Path,
+        strategy: str,
+        seed: int,
+        config: SearchConfig,
+        progress: Callable[[ModelProgress], None] | None,
+    ) -> None:
+        self.entries, self.hw, self.trials, self.work_dir = entries, hw, trials, work_dir
+        self.strategy, self.seed, self.config, self.progress = strategy, seed, config, progress
+        self.rng = random.Random(seed)
+        self.db = Database(work_dir)
+        self.cost_model = CostModel(seed=seed)
+        self.tasks: list[_TaskState] = []
+        self.rounds: list[int] = []
+        self.curve: list[tuple[int, float]] = []
+        self.alpha, self.window, self.t_start = ALPHA, WINDOW, time.perf_counter()
+        (work_dir / "logs" / "tasks").mkdir(parents=True, exist_ok=True)
+        self.log = work_dir / "logs" / "scheduler.log"
+
+    # ------------------------------------------------------------------------------------
+    def stage(self, text: str) -> None:
+        self.write_log(text)
+        if self.progress is not None:
+            self.progress(ModelProgress(self.done, self.trials, self.estimate(), self.elapsed, stage=text))
+
+    def write_log(self, line: str) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+
+    @property
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t_start
+
+    @property
+    def done(self) -> int:
+        return sum(t.trials for t in self.tasks)
+
+    def estimate(self) -> float | None:
+        """Sum of weight x best latency over the tasks that can be tuned; None until each has run."""
+        live = [t for t in self.tasks if t.search is not None and t.status == "tuned"]
+        if len(self.tasks) < len(self.entries) or not live or any(not math.isfinite(t.best) for t in live):
+            return None
+        return sum(t.entry.weight * t.best for t in live)
+
+    # ------------------------------------------------------------------------------------
+    def start(self, transfer: bool) -> None:
+        """Make every task's design space, resume its records, and pre-train the cost model."""
+        from .database import workload_key
+
+        self.write_log(
+            f"tune_model: {len(self.entries)} tasks on {self.hw.name}, {self.trials} trials, {self.strategy}"
+        )
+        if transfer:
+            self.stage("pre-training the cost model on other workloads' records")
+            keys = {workload_key(e.func) for e in self.entries}
+            _pretrain(self.cost_model, self.db, (), self.hw, keys)
+        for n, e in enumerate(self.entries):
+            self.stage(f"making the design spaces of task {n + 1}/{len(self.entries)} ({e.name})")
+            log = self.work_dir / "logs" / "tasks" / _file_name(n, e.name)
+            try:
+                search = TaskSearch(
+                    e.func, e.workload, e.name, self.hw, self.db, self.cost_model, self.config, self.seed
+                )
+                state = _TaskState(n, e, search, "tuned", log)
+            except (SearchSpaceError, ScheduleError, ValueError) as err:
+                state = _TaskState(n, e, None, f"not tunable: {err}".splitlines()[0][:200], log)
+                state.write_log(state.status)
+                self.write_log(f"task {n} {e.name}: {state.status}")
+            if e.flops is None:
+                e.flops = state.search.ops if state.search is not None else 0
+            self.tasks.append(state)
+        resumed = [t for t in self.tasks if t.trials]
+        if resumed:
+            self.write_log(f"resuming: {self.done} records of {len(resumed)} tasks")
+        self._add_curve_point()
+
+    def tune(self, address: str | None, workers: int | None, timeout_s: float, repeat: int) -> None:
+        """Run rounds until the budget is spent or no task can go on; then time each tuned task's
+        finalists again together."""
+        from .measure import init_ray, ray_started
+
+        if self.done < self.trials:
+            if not ray_started():
+                self.stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
+            init_ray(address)
+        self.active = _Active(self.hw, address, workers, timeout_s, repeat, self.seed)
+        try:
+            while self.done < self.trials:
+                task, why = self.next_task()
+                if task is None:
+                    break
+                evaluator, measurer = self.active.switch(task, with_evaluator=True)
+                self.run_round(task, why, evaluator, measurer)
+            for task in self.tasks:
+                if task.index in self.rounds and task.search is not None and len(task.search.ok_records) > 1:
+                    self.stage(f"re-timing the fastest candidates of task {task.index} ({task.entry.name})")
+                    _, measurer = self.active.switch(task, with_evaluator=False)
+                    task.search.retime_finalists(measurer)
+                    task.search.best = task.search.best_latency()
+        finally:
+            self.active.close()
+
+    def next_task(self) -> tuple[_TaskState | None, str]:
+        """The task of the next round and why it was chosen (None when no task can go on)."""
+        alive = [t for t in self.tasks if t.alive]
+        if not alive:
+            return None, ""
+        first = [t for t in alive if not t.history]
+        if first:
+            return first[0], "first round"
+        if self.strategy == "round-robin":
+            last = self.rounds[-1] if self.rounds else -1
+            after = [t for t in alive if t.index > last]
+            return (after or alive)[0], "round robin"
+        grads = [t.gradient(self.alpha, self.window) for t in alive]
+        top, low = max(grads), min(grads)
+        if top == low:
+            return self.rng.choice(alive), f"equal gradients ({top:.3g} s), drawn at random"
+        pick = alive[grads.index(top)]
+        return pick, f"largest gradient {top:.3g} s (window {self.window}, alpha {self.alpha})"
+
+    def run_round(self, task: _TaskState, why: str, evaluator: Any, measurer: Any) -> None:
+        search = task.search
+        assert search is not None
+        left = self.trials - self.done
+        waiting = sum(1 for t in self.tasks if t.alive and not t.history)
+        limit = min(self.config.num_trials_per_iter, left if task.history else max(1, left // max(waiting, 1)))
+        t0 = time.perf_counter()
+        try:
+            measured = search.run_round(limit, evaluator, measurer)
+        except TuneError as err:
+            task.alive, task.status = False, f"no valid program: {err}".splitlines()[0][:200]
+            task.history.append(math.inf)
+            task.write_log(task.status)
+            self.write_log(f"round {len(self.rounds) + 1}: task {task.index} {task.entry.name}: {task.status}")
+            return
+        self.rounds.append(task.index)
+        if measured == 0:
+            task.alive = False
+            task.write_log("the design space has nothing new left; the task stops")
+        elif not search.ok_records and len(search.records) >= 2 * self.config.num_trials_per_iter:
+            task.alive, task.status = False, "no candidate ran correctly"
+        task.history.append(search.best)
+        stats = search.stats[-1]
+        line = (
+            f"round {len(self.rounds)}: {measured} trials ({why}); task best {_ms(search.best)} after "
+            f"{task.trials} trials; search {stats.search_seconds:.1f} s, measure {stats.measure_seconds:.1f} s, "
+            f"round {time.perf_counter() - t0:.1f} s"
+        )
+        task.write_log(line)
+        estimate = self.estimate()
+        self.write_log(
+            f"round {len(self.rounds)}: task {task.index} {task.entry.name} ({why}): {measured} trials, best "
+            f"{_ms(search.best)}; estimated model latency {_ms(estimate)}; {self.done}/{self.trials} trials"
+        )
+        self._add_curve_point()
+        if self.progress is not None:
+            self.progress(
+                ModelProgress(
+                    self.done, self.trials, estimate, self.elapsed, len(self.rounds), task.index, task.entry.name,
+                    search.best if math.isfinite(search.best) else None,
+                )
+            )  # fmt: skip
+
+    def _add_curve_point(self) -> None:
+        estimate = self.estimate()
+        if estimate is not None:
+            self.curve.append((self.done, estimate))
+
+    # ------------------------------------------------------------------------------------
+    def finish(self, model_latency: float | None) -> ModelTuneResult:
+        rows = []
+        for t in self.tasks:
+            best = t.search.best_latency() if t.search is not None else math.inf
+            status = "not tuned yet" if t.status == "tuned" and not t.trials else t.status
+            e = t.entry
+            rows.append(
+                TaskRow(e.name, t.search.wkey if t.search else "", e.weight, e.flops or 0, t.trials, best, status)
+            )
+        estimate = self.estimate()
+        result = ModelTuneResult(
+            rows, list(self.curve), estimate, model_latency, self.done, self.elapsed, self.work_dir, self.strategy,
+            list(self.rounds),
+        )  # fmt: skip
+        _write_outputs(result)
+        self.write_log(
+            f"done: {self.done} trials in {len(self.rounds)} rounds; estimated {_ms(estimate)}, "
+            f"measured {_ms(model_latency)}"
+        )
+        return result
+
+
+class _Active:
+    """The search actors and the runner of the task whose rounds run now (one task at a time)."""
+
+    def __init__(
+        self, hw: Hardware, address: str | None, workers: int | None, timeout_s: float, repeat: int, seed: int
+    ) -> None:
+        self.hw, self.address, self.workers, self.timeout_s, self.repeat, self.seed = (
+            hw, address, workers, timeout_s, repeat, seed,
+        )  # fmt: skip
+        self.task: _TaskState | None = None
+        self.evaluator: Any = None
+        self.measurer: Any = None
+
+    def switch(self, task: _TaskState, with_evaluator: bool) -> tuple[Any, Any]:
+        """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
+        from .measure import Measurer
+
+        search = task.search
+        assert search is not None
+        if self.task is not task:
+            self.close()
+            self.task = task
+            self.measurer = Measurer(
+                search.func, self.hw, workload=search.workload, address=self.address, timeout_s=self.timeout_s,
+                repeat=self.repeat, seed=self.seed, reference=task.reference,
+            )  # fmt: skip
+            task.reference = self.measurer.reference
+        if with_evaluator and self.evaluator is None:
+            self.evaluator = search.evaluator(self.workers)
+        return self.evaluator, self.measurer
+
+    def close(self) -> None:
+        for part in (self.measurer, self.evaluator):
+            if part is not None:
+                part.close()
+        self.task, self.evaluator, self.measurer = None, None, None
+
+
+def _time_model(
+    model: Any, hw: Hardware, work_dir: str | os.PathLike, input_shapes: Any, layout: str, seed: int
+) -> float:
+    """Median seconds of one run of the model compiled with the work dir's best records."""
+    from .model import compile_model
+
+    exe = compile_model(model, hw, work_dir, input_shapes=input_shapes, layout=layout)
+    rng = np.random.default_rng(seed)
+    feeds = {}
+    for v in exe.graph.inputs:
+        dt = np.dtype(v.dtype)
+        # floats N(0, 1); integers (token ids, masks) 0, a valid index of any table
+        feeds[v.name] = rng.standard_normal(v.shape).astype(dt) if dt.kind == "f" else np.zeros(v.shape, dt)
+    return statistics.median(exe.time(repeat=10, **feeds))
+
+
+def _write_outputs(result: ModelTuneResult) -> None:
+    """tasks.csv, tasks.md, model_curve.csv and model_curve.png in the work dir."""
+    from .report import write_latency_curve_png
+
+    d = result.work_dir
+    with open(d / "tasks.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["task", "key", "weight", "flops", "trials", "best_latency_s", "share", "status"])
+        est = result.estimated_latency
+        for t in result.tasks:
+            ok = math.isfinite(t.best_latency)
+            share = f"{t.weight * t.best_latency / est:.4f}" if ok and est else ""
+            w.writerow(
+                [t.name, t.key, t.weight, t.flops, t.trials, f"{t.best_latency:.6g}" if ok else "", share, t.status]
+            )
+    md = [
+        f"# Tuned tasks ({result.strategy}, {result.trials} trials, {result.wall_seconds:.0f} s)",
+        "",
+        format_markdown_table(result.rows(), TABLE_COLUMNS),
+        "",
+        f"- estimated model latency (sum of weight x best): {_ms(result.estimated_latency)}",
+        f"- measured model latency: {_ms(result.model_latency)}",
+        "",
+    ]
+    (d / "tasks.md").write_text("\n".join(md))
+    with open(d / "model_curve.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["trials", "estimated_latency_s"])
+        w.writerows((n, f"{s:.6g}") for n, s in result.curve)
+    write_latency_curve_png(
+        d / "model_curve.png", result.curve, result.model_latency, f"estimated model latency ({result.strategy})"
+    )
