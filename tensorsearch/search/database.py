@@ -2,7 +2,9 @@
 
 A work directory holds ``database/workloads.jsonl`` (one line per workload: its key, a name and the
 PrimFunc as script text), ``database/tuning_records.jsonl`` (one line per measured candidate) and
-``database/retimings.jsonl`` (the finalists of a run timed again together, which then rank them)::
+``database/retimings.jsonl`` (the finalists of a run timed again together, which then rank them)
+and ``database/infrastructure.jsonl`` (nodes that joined, left or were refused during a run:
+never candidate records)::
 
     db = Database("runs/gmm")
     wk = db.commit_workload(func, name="GMM/0/int8")     # idempotent; returns workload_key(func)
@@ -157,6 +159,9 @@ class TuningRecord:
     build_seconds: float
     trial: int
     timestamp: float
+    node: str | None = None  # the Ray node that timed it; None in records written before it was kept
+    run_start: float | None = None  # wall-clock seconds on that node: its check run began ...
+    run_end: float | None = None  # ... and its timing ended (timings never overlap on a node)
 
     @property
     def ok(self) -> bool:
@@ -177,7 +182,7 @@ class TuningRecord:
     def from_json(d: dict[str, Any]) -> TuningRecord:
         """Read what :meth:`to_json` wrote, of any format version up to :data:`DATABASE_FORMAT`."""
         line_format(d)
-        names = [f.name for f in dataclasses.fields(TuningRecord)]
+        names = [f.name for f in dataclasses.fields(TuningRecord) if f.name not in _OPTIONAL_FIELDS]
         missing = [n for n in names if n not in d]
         if missing:
             raise ValueError(f"the record lacks {', '.join(missing)}")
@@ -191,7 +196,13 @@ class TuningRecord:
             build_seconds=float(d["build_seconds"]),
             trial=int(d["trial"]),
             timestamp=float(d["timestamp"]),
+            node=None if d.get("node") is None else str(d["node"]),
+            run_start=None if d.get("run_start") is None else float(d["run_start"]),
+            run_end=None if d.get("run_end") is None else float(d["run_end"]),
         )
+
+
+_OPTIONAL_FIELDS = ("node", "run_start", "run_end")  # absent from lines written before they were kept
 
 
 def _decode(line: bytes) -> tuple[dict[str, Any] | None, int | None, Exception | None]:
@@ -492,6 +503,7 @@ class Database:
         self._records: dict[tuple[str, str], list[TuningRecord]] = {}
         self._candidates: dict[tuple[str, str], set[str]] = {}
         self._retime_file = _JsonLines(self.dir / "retimings.jsonl")
+        self._infrastructure_file = _JsonLines(self.dir / "infrastructure.jsonl")
         self._retimed: dict[tuple[str, str], dict[str, list[float]]] = {}
         for number, obj, salvaged in self._workload_file.read():
             try:
@@ -615,6 +627,17 @@ class Database:
             pair = (workload_key, hardware_key)
             self._retimed.setdefault(pair, {}).setdefault(candidate_key, []).extend(line["latencies"])
 
+    def commit_infrastructure(self, event: dict[str, Any]) -> None:
+        """Append what happened to the cluster during a run (``infrastructure.jsonl``): a node
+        joined, left (its candidate in flight timed elsewhere) or was refused for timing. These
+        are not candidate records: they never count as trials nor as failures."""
+        with self._lock:
+            self._infrastructure_file.append({"format": DATABASE_FORMAT, **event})
+
+    def infrastructure(self) -> list[dict[str, Any]]:
+        """The infrastructure events committed so far, oldest first."""
+        return [obj for _, obj, _ in self._infrastructure_file.read()]
+
     def latency(self, record: TuningRecord) -> float:
         """The record's candidate's latency: the median of its re-timings where it was re-timed
         (the tuner re-times its finalists together at the end of a run), else the record's own."""
@@ -640,6 +663,7 @@ class Database:
         self._workload_file.close()
         self._record_file.close()
         self._retime_file.close()
+        self._infrastructure_file.close()
 
     def __enter__(self) -> Database:
         return self

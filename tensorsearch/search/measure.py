@@ -62,6 +62,7 @@ import tempfile
 import threading
 import time
 import uuid
+import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -87,6 +88,9 @@ class MeasureResult:
     latencies: tuple[float, ...]
     error: str | None
     build_seconds: float
+    node: str | None = None  # the Ray node id of the runner that ran it (None: never run)
+    run_start: float | None = None  # wall-clock seconds on that node: its check run began ...
+    run_end: float | None = None  # ... and its timing ended
 
     @property
     def ok(self) -> bool:
@@ -105,9 +109,18 @@ def ray_started() -> bool:
     return ray.is_initialized()
 
 
+def resolve_address(address: str | None) -> str | None:
+    """The Ray cluster a run joins: ``address``; when None, the ``RAY_ADDRESS`` environment
+    variable (as ``ray job submit`` sets it); None (a new private local cluster) when neither is
+    set or ``address`` is "local"."""
+    if address is None:
+        address = os.environ.get("RAY_ADDRESS") or None
+    return None if address in (None, "local") else address
+
+
 def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None:
-    """Connect to Ray once per process: a new embedded local cluster when ``address`` is None
-    (without dashboard, quiet logging), else the cluster at ``address``. Later calls do nothing.
+    """Connect to Ray once per process: the cluster :func:`resolve_address` names, else a new
+    embedded local cluster (without dashboard, quiet logging). Later calls do nothing.
 
     ``num_cpus`` limits the local cluster's CPUs (all of the machine's by default). A SIGTERM
     handler the caller installed stays in place (Ray installs one of its own when it starts).
@@ -119,7 +132,7 @@ def init_ray(address: str | None = None, *, num_cpus: int | None = None) -> None
         return
     in_main = threading.current_thread() is threading.main_thread()
     caller_handler = signal.getsignal(signal.SIGTERM) if in_main else None
-    _start_ray(address, num_cpus)
+    _start_ray(resolve_address(address), num_cpus)
     if callable(caller_handler):
         signal.signal(signal.SIGTERM, caller_handler)
 
@@ -129,7 +142,7 @@ def _start_ray(address: str | None, num_cpus: int | None) -> None:
 
     if address is None:
         ray.init(
-            address="local",  # a new cluster, even when RAY_ADDRESS names one
+            address="local",  # a new private cluster ("local" given, or no RAY_ADDRESS)
             include_dashboard=False,
             logging_level=logging.WARNING,
             log_to_driver=False,
@@ -172,7 +185,8 @@ def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
 def _remote_build() -> Any:
     import ray
 
-    return ray.remote(num_cpus=1, max_retries=0)(_build)
+    # a build lost with its node (a system failure) runs again elsewhere; a build error is a result
+    return ray.remote(num_cpus=1, max_retries=2)(_build)
 
 
 # ------------------------------------------------------------------------------------------
@@ -190,29 +204,23 @@ def _garbage(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Generator) 
 
 
 class _Runner:
-    """Loads candidates on its node, checks them once and times them; one call at a time."""
+    """Loads candidates on its node, checks them once and times them; one call at a time. One
+    runner serves every task of a run: each call brings its task's inputs and reference."""
 
-    def __init__(
-        self,
-        inputs: list[np.ndarray],
-        out_positions: list[int],
-        expected: list[np.ndarray],
-        checker: Callable[[list[np.ndarray], list[np.ndarray]], None],
-        token: str,
-        seed: int,
-    ) -> None:
+    def __init__(self, token: str, seed: int) -> None:
         from ..runtime import module  # noqa: F401 - imported now, not during the first (timed-out) run
 
-        self.inputs = inputs
-        self.out_positions = out_positions
-        self.expected = expected
-        self.checker = checker
+        self.inputs: list[np.ndarray] = []
+        self.out_positions: list[int] = []
+        self.expected: list[np.ndarray] = []
+        self.checker: Any = None
         self.rng = np.random.default_rng(seed + 1)
         self.dir = os.path.join(tempfile.gettempdir(), token)  # the libraries and the fault handler's file
         os.makedirs(self.dir, exist_ok=True)
         self.count = 0
         self.mod: Any = None
         self.args: list[np.ndarray] = []
+        self.started = 0.0  # wall-clock time the current candidate's check run began
         self._crash_file = open(os.path.join(self.dir, "crash.txt"), "w")  # held open while the process lives
         faulthandler.enable(file=self._crash_file, all_threads=False)
 
@@ -228,10 +236,21 @@ class _Runner:
             args.append(aligned_copy(arg))  # as TVM's NDArrays: numpy's are 16 bytes off a cache line
         return args
 
-    def load_and_check(self, so: bytes, sidecar: str, check: bool) -> dict[str, Any]:
-        """Load the library and run it once on the inputs; compare the outputs when ``check``."""
+    def load_and_check(
+        self,
+        so: bytes,
+        sidecar: str,
+        check: bool,
+        inputs: list[np.ndarray],
+        out_positions: list[int],
+        expected: list[np.ndarray],
+        checker: Any,
+    ) -> dict[str, Any]:
+        """Load the library and run it once on the task's inputs; compare the outputs when ``check``."""
         from ..runtime.module import load_module
 
+        self.inputs, self.out_positions, self.expected, self.checker = inputs, out_positions, expected, checker
+        self.started = time.time()
         self.mod = None
         self.count += 1
         path = os.path.join(self.dir, f"candidate{self.count}.so")  # a fresh name: dlopen caches by path
@@ -246,7 +265,7 @@ class _Runner:
             mod(*args)
             first = time.perf_counter() - t0
         except Exception as e:
-            return {"error": "run: " + _short(e), "first": 0.0}
+            return {"error": "run: " + _short(e), "first": 0.0, "start": self.started, "end": time.time()}
         finally:
             for p in (path, path + ".json"):
                 with contextlib.suppress(OSError):
@@ -256,19 +275,20 @@ class _Runner:
                 self.checker([args[k] for k in self.out_positions], self.expected)
             except AssertionError as e:
                 lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-                return {"error": "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ"), "first": first}
+                error = "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ")
+                return {"error": error, "first": first, "start": self.started, "end": time.time()}
         self.mod, self.args = mod, args
-        return {"error": None, "first": first}
+        return {"error": None, "first": first, "start": self.started, "end": time.time()}
 
     def time(self, number: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
         """Time the loaded candidate: seconds per call of each repeat."""
         try:
             r = self.mod.time(*self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
         except Exception as e:
-            return {"error": "run: " + _short(e), "latencies": []}
+            return {"error": "run: " + _short(e), "latencies": [], "start": self.started, "end": time.time()}
         finally:
             self.mod, self.args = None, []
-        return {"error": None, "latencies": list(r.results)}
+        return {"error": None, "latencies": list(r.results), "start": self.started, "end": time.time()}
 
     def crash_report(self, token: str) -> str | None:
         """What Python's fault handler wrote when the runner ``token`` died on this node; removes its files."""
@@ -284,8 +304,12 @@ class _Runner:
                 return line.removeprefix("Fatal Python error:").strip()
         return None
 
-    def ready(self) -> bool:
-        return True
+    def ready(self) -> dict[str, Any]:
+        """This node's LLVM triple and the CPU features LLVM reports absent (the pool checks them
+        against the descriptor before the runner times anything)."""
+        from ..target.hardware import host_absent_features, host_triple
+
+        return {"triple": host_triple(), "absent": sorted(host_absent_features())}
 
     def close(self) -> None:
         faulthandler.disable()
@@ -416,17 +440,174 @@ class _Slot:
     job: tuple[int, str, Any, float, float] | None = None  # (index, "check" | "time", ref, deadline, budget s)
 
 
+class RunnerPool:
+    """The runners of the cluster: one actor per alive node with CPUs (per GPU for a GPU
+    descriptor), pinned there, shared by every :class:`Measurer` of a run (the model
+    scheduler's tasks all time through the same runners, so timings never overlap on a node).
+
+    :meth:`refresh` (at the start of every batch, and every ``REFRESH_S`` seconds while one is
+    timed) starts runners on nodes that joined and drops those of nodes that left. A runner
+    reports its node's LLVM triple and absent CPU features when it starts; a node that cannot run
+    the descriptor's code is not used for timing, reported once (a warning, and an event).
+    ``events`` lists what happened to the nodes (dicts with ``kind``: "node_joined", "node_left",
+    "node_refused", "requeued"), for the tuner to record.
+    """
+
+    REFRESH_S = 5.0
+
+    def __init__(self, hardware: Hardware | str | os.PathLike, seed: int = 0) -> None:
+        self.hardware = load(hardware)
+        self.gpu = self.hardware.kind == "gpu"
+        self.seed = seed
+        self.slots: list[_Slot] = []
+        self.refused: dict[str, str] = {}  # node id -> why its CPU cannot run the descriptor's code
+        self.events: list[dict[str, Any]] = []
+        self._seen: set[str] | None = None  # nodes seen so far (None before the first refresh)
+        self.refresh()
+        if not self.slots:
+            what = "GPUs (Ray resource GPU)" if self.gpu else "CPUs"
+            why = "; ".join(f"node {n[:12]}: {r}" for n, r in self.refused.items())
+            raise RuntimeError(
+                f"the Ray cluster has no alive node with {what} that can run code for {self.hardware.name}"
+                + (f" ({why})" if why else "")
+            )
+
+    def _event(self, kind: str, node_id: str, **more: Any) -> None:
+        self.events.append({"kind": kind, "node": node_id, "time": time.time(), **more})
+
+    @staticmethod
+    def alive_nodes() -> dict[str, dict[str, Any]]:
+        import ray
+
+        return {n["NodeID"]: n for n in ray.nodes() if n.get("Alive")}
+
+    def refresh(self) -> None:
+        """Start runners on alive nodes without one; drop idle runners of nodes that left; wait
+        until the new ones are up (and their CPUs checked)."""
+        alive = self.alive_nodes()
+        for slot in self.slots:
+            if slot.node_id not in alive and slot.job is None and not slot.dead:
+                self.drop(slot)
+        self.slots = [s for s in self.slots if not s.dead or s.job is not None]
+        first = self._seen is None
+        seen = self._seen if self._seen is not None else set()
+        for node_id, node in alive.items():
+            if node_id in self.refused:
+                continue
+            resources = node.get("Resources", {})
+            cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
+            want = gpus if self.gpu else (1 if cpus > 0 else 0)
+            have = sum(1 for s in self.slots if s.node_id == node_id and not s.dead)
+            for _ in range(want - have):
+                self.slots.append(self._start(node_id, max(cpus, 1), gpu=self.gpu))
+            if not first and node_id not in seen and want:
+                self._event("node_joined", node_id)
+            seen.add(node_id)
+        self._seen = seen
+        for slot in self.slots:
+            self.wait_ready(slot)
+        self.slots = [s for s in self.slots if not s.dead or s.job is not None]
+
+    def live(self) -> list[_Slot]:
+        return [s for s in self.slots if not s.dead]
+
+    def drop(self, slot: _Slot) -> None:
+        """Forget a runner whose node left (killing what may remain of it)."""
+        import ray
+
+        slot.dead = True
+        self._event("node_left", slot.node_id)
+        with contextlib.suppress(Exception):
+            ray.kill(slot.actor, no_restart=True)
+
+    def _start(self, node_id: str, cpus: int, gpu: bool = False) -> _Slot:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        token = f"tensorsearch-runner-{uuid.uuid4().hex}"
+        env = {"OMP_NUM_THREADS": str(cpus)}  # libgomp's own wait policy: passive doubled small kernels' latency
+        actor = (
+            _remote_runner()
+            .options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
+                runtime_env={"env_vars": env},
+                num_gpus=1 if gpu else 0,
+            )
+            .remote(token, self.seed)
+        )
+        return _Slot(node_id, cpus, actor, token, gpu)
+
+    def wait_ready(self, slot: _Slot) -> None:
+        """Wait until the slot's runner has started (so its start-up never counts against a
+        timeout), and refuse its node when its CPU cannot run the descriptor's code."""
+        import ray
+
+        if slot.ready or slot.dead:
+            return
+        try:
+            info = ray.get(slot.actor.ready.remote(), timeout=_RUNNER_START_TIMEOUT_S)
+        except Exception:  # the node is gone, or the runner cannot start there
+            slot.dead = True
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=True)
+            return
+        why = None if self.gpu else self.hardware.why_not_runnable_on(info["triple"], info["absent"])
+        if why is None:
+            slot.ready = True
+            return
+        slot.dead = True
+        with contextlib.suppress(Exception):
+            ray.kill(slot.actor, no_restart=True)
+        if slot.node_id not in self.refused:
+            self.refused[slot.node_id] = why
+            self._event("node_refused", slot.node_id, reason=why)
+            warnings.warn(
+                f"node {slot.node_id[:12]} is not used for timing {self.hardware.name} candidates: {why}", stacklevel=2
+            )
+
+    def restart(self, slot: _Slot, kill: bool) -> str | None:
+        """Replace the slot's runner by a fresh one on the same node and wait until it is up.
+
+        Returns what the fault handler of the old one wrote (e.g. "Segmentation fault"), if anything.
+        """
+        import ray
+
+        if kill:
+            ray.kill(slot.actor, no_restart=True)
+        fresh = self._start(slot.node_id, slot.cpus, slot.gpu)
+        ref = fresh.actor.crash_report.remote(slot.token)  # also removes the old runner's files
+        slot.actor, slot.token, slot.job, slot.ready = fresh.actor, fresh.token, None, False
+        try:
+            report = ray.get(ref, timeout=_RUNNER_START_TIMEOUT_S)
+        except Exception:
+            report = None
+        self.wait_ready(slot)
+        return report
+
+    def close(self) -> None:
+        """Stop the runners (the Ray session stays up)."""
+        import ray
+
+        for slot in self.slots:
+            with contextlib.suppress(Exception):
+                ray.get(slot.actor.close.remote(), timeout=10)
+            with contextlib.suppress(Exception):
+                ray.kill(slot.actor, no_restart=True)
+        self.slots = []
+
+
 class Measurer:
     """Builds and times candidates of one function on one hardware (see the module docstring).
 
     ``func`` is the unscheduled function (the reference when ``workload`` is None; may be None
     when ``workload`` is given). ``hardware`` is a Hardware or descriptor name; candidates are
     compiled for it (with ``a * b + c`` contracted into FMA when ``fp_contract``) and run on the
-    cluster's nodes, which must be such machines. ``number`` (None: grow until a repeat takes
+    cluster's nodes that can run it. ``number`` (None: grow until a repeat takes
     ``min_repeat_ms``) and ``repeat`` are passed to ``mod.time``; ``check=False`` skips the
-    comparison with the reference. One Measurer at a time should use a cluster. ``reference``:
-    another Measurer's ``reference`` of the same function and seed (its inputs, expected outputs
-    and checker), not computed again.
+    comparison with the reference. ``reference``: another Measurer's ``reference`` of the same
+    function and seed (its inputs, expected outputs and checker), not computed again. ``pool``:
+    the runners to time on, shared with other Measurers of the same hardware (by default the
+    Measurer starts its own and stops them on :meth:`close`). One pool at a time should use a
+    cluster.
     """
 
     def __init__(
@@ -445,6 +626,7 @@ class Measurer:
         seed: int = 0,
         min_repeat_ms: float = 20.0,
         reference: tuple[Any, ...] | None = None,
+        pool: RunnerPool | None = None,
     ) -> None:
         if func is None:
             if workload is None:
@@ -454,6 +636,8 @@ class Measurer:
             raise ValueError(f"number and repeat must be at least 1, got number={number}, repeat={repeat}")
         self.func = func
         self.hardware = load(hardware)
+        if pool is not None and pool.hardware.name != self.hardware.name:
+            raise ValueError(f"the runner pool times {pool.hardware.name} candidates, not {self.hardware.name}")
         self.target = self.hardware
         if fp_contract:
             self.target = self.target.with_fp_contract()
@@ -468,77 +652,16 @@ class Measurer:
         init_ray(address)
         import ray
 
-        # computed once per task by a caller that makes several Measurers of it (the model scheduler)
         self.reference = reference if reference is not None else _reference(func, workload, seed)
         inputs, out_positions, expected, checker = self.reference
-        self._runner_args = (ray.put(inputs), out_positions, ray.put(expected), checker, seed)
-        self._slots: list[_Slot] = []
-        gpu = self.hardware.kind == "gpu"
-        for node in ray.nodes():
-            resources = node.get("Resources", {})
-            cpus, gpus = int(resources.get("CPU", 0)), int(resources.get("GPU", 0))
-            if not node.get("Alive"):
-                continue
-            if gpu:  # one runner per GPU: Ray gives each its own device (CUDA_VISIBLE_DEVICES)
-                self._slots += [self._start(node["NodeID"], max(cpus, 1), gpu=True) for _ in range(gpus)]
-            elif cpus > 0:
-                self._slots.append(self._start(node["NodeID"], cpus))
-        if not self._slots:
-            what = "GPUs (Ray resource GPU)" if gpu else "CPUs"
-            raise RuntimeError(f"the Ray cluster has no alive node with {what} to run candidates on")
+        self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
+        self._own_pool = pool is None
+        self.pool = pool if pool is not None else RunnerPool(self.hardware, seed)
         self._build_slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
-    # runners -----------------------------------------------------------------------------
-    def _start(self, node_id: str, cpus: int, gpu: bool = False) -> _Slot:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        token = f"tensorsearch-runner-{uuid.uuid4().hex}"
-        inputs, out_positions, expected, checker, seed = self._runner_args
-        env = {"OMP_NUM_THREADS": str(cpus)}  # libgomp's own wait policy: passive doubled small kernels' latency
-        actor = (
-            _remote_runner()
-            .options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
-                runtime_env={"env_vars": env},
-                num_gpus=1 if gpu else 0,
-            )
-            .remote(inputs, out_positions, expected, checker, token, seed)
-        )
-        return _Slot(node_id, cpus, actor, token, gpu)
-
-    def _wait_ready(self, slot: _Slot) -> None:
-        """Wait until the slot's runner has started (so its start-up never counts against a timeout)."""
-        import ray
-
-        if slot.ready or slot.dead:
-            return
-        try:
-            ray.get(slot.actor.ready.remote(), timeout=_RUNNER_START_TIMEOUT_S)
-            slot.ready = True
-        except Exception:  # the node is gone, or the runner cannot start there
-            slot.dead = True
-            with contextlib.suppress(Exception):
-                ray.kill(slot.actor, no_restart=True)
-
-    def _restart(self, slot: _Slot, kill: bool) -> str | None:
-        """Replace the slot's runner by a fresh one on the same node and wait until it is up.
-
-        Returns what the fault handler of the old one wrote (e.g. "Segmentation fault"), if anything.
-        """
-        import ray
-
-        if kill:
-            ray.kill(slot.actor, no_restart=True)
-        fresh = self._start(slot.node_id, slot.cpus, slot.gpu)
-        ref = fresh.actor.crash_report.remote(slot.token)  # also removes the old runner's files
-        slot.actor, slot.token, slot.job, slot.ready = fresh.actor, fresh.token, None, False
-        try:
-            report = ray.get(ref, timeout=_RUNNER_START_TIMEOUT_S)
-            slot.ready = True
-        except Exception:
-            report = None
-            self._wait_ready(slot)
-        return report
+    @property
+    def _slots(self) -> list[_Slot]:
+        return self.pool.slots
 
     # measuring ---------------------------------------------------------------------------
     def _build_all(self, funcs: Sequence[PrimFunc]) -> list[dict[str, Any]]:
@@ -611,9 +734,12 @@ class Measurer:
         on_result: Callable[[int, MeasureResult], None] | None = None,
         slow_after: float | None = None,
     ) -> list[MeasureResult]:
-        """Check and time built candidates (``_build_all``'s results) on the runners."""
+        """Check and time built candidates (``_build_all``'s results) on the pool's runners.
+
+        A candidate whose runner died with its node goes back to the queue (an event, not a
+        result); RuntimeError when no node is left to time the rest (the results given to
+        ``on_result`` so far stand)."""
         import ray
-        from ray.exceptions import RayActorError
 
         out: list[MeasureResult | None] = [None] * len(builds)
         for i, b in enumerate(builds):
@@ -621,86 +747,133 @@ class Measurer:
                 out[i] = MeasureResult((), b["error"], b["seconds"])
                 if on_result is not None:
                     on_result(i, out[i])
-        pending = deque(i for i in range(len(builds)) if out[i] is None)
-        for slot in self._slots:
-            self._wait_ready(slot)
-
-        def finish(i: int, latencies: Sequence[float] = (), error: str | None = None) -> None:
-            out[i] = MeasureResult(tuple(float(x) for x in latencies), error, builds[i]["seconds"])
-            if on_result is not None:
-                on_result(i, out[i])
-
-        while pending or any(s.job is not None for s in self._slots):
-            if not any(not s.dead for s in self._slots):
-                for i in pending:
-                    finish(i, error="run: no runner is alive (every node's runner failed to start)")
-                break
-            for slot in self._slots:  # give idle runners the next candidates
-                if slot.job is None and not slot.dead and pending:
-                    i = pending.popleft()
-                    b = builds[i]
-                    check = self.check and keys[i] not in self._checked
-                    ref = slot.actor.load_and_check.remote(b["so"], b["sidecar"], check)
-                    slot.job = (i, "check", ref, time.monotonic() + self.timeout_s, self.timeout_s)
-            busy = [s for s in self._slots if s.job is not None]
-            wait_s = max(0.0, min(s.job[3] for s in busy) - time.monotonic())  # type: ignore[index]
+        run = _Batch(self, builds, keys, out, on_result, slow_after)
+        self.pool.refresh()
+        refreshed = time.monotonic()
+        while run.pending or any(s.job is not None for s in self.pool.slots):
+            if time.monotonic() - refreshed > RunnerPool.REFRESH_S or not self.pool.live():
+                self.pool.refresh()  # nodes that joined get runners; idle runners of nodes that left go
+                refreshed = time.monotonic()
+            if not self.pool.live():
+                raise RuntimeError(
+                    f"measure: no node of the Ray cluster can time {self.hardware.name} candidates any more; "
+                    f"{len(run.pending)} of this batch were not measured"
+                )
+            for slot in self.pool.live():  # give idle runners the next candidates
+                if slot.job is None and run.pending:
+                    run.dispatch(slot, run.pending.popleft())
+            busy = [s for s in self.pool.slots if s.job is not None]
+            wait_s = min(max(0.0, min(s.job[3] for s in busy) - time.monotonic()), RunnerPool.REFRESH_S)  # type: ignore[index]
             refs = [s.job[2] for s in busy]  # type: ignore[index]
             ray.wait(refs, num_returns=1, timeout=wait_s)
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)  # all finished ones
             for slot in busy:
-                assert slot.job is not None
-                i, phase, ref, deadline, budget = slot.job
-                if ref in ready:
-                    try:
-                        reply = ray.get(ref)
-                    except RayActorError as e:
-                        report = self._restart(slot, kill=False)
-                        finish(i, error=f"run: crashed ({report or _ray_error_line(e)})")
-                        continue
-                    except Exception as e:
-                        self._restart(slot, kill=True)
-                        finish(i, error="run: " + _short(_ray_error_line(e)))
-                        continue
-                    if reply["error"] is not None:
-                        slot.job = None
-                        finish(i, error=reply["error"])
-                    elif phase == "check":
-                        self._checked.add(keys[i])
-                        first = reply["first"]
-                        if slow_after is not None and first > slow_after:
-                            slot.job = None
-                            finish(i, latencies=[first])
-                            continue
-                        number = self.number or max(1, math.ceil(self.min_repeat_ms / 1e3 / max(first, 1e-7)))
-                        min_ms = 0.0 if self.number else self.min_repeat_ms
-                        expected = first * (1 + self.repeat * number) + (self.repeat + 2) * min_ms / 1e3
-                        ref = slot.actor.time.remote(number, self.repeat, min_ms)
-                        budget = self.timeout_s + 3 * expected
-                        slot.job = (i, "time", ref, time.monotonic() + budget, budget)
-                    else:
-                        slot.job = None
-                        finish(i, latencies=reply["latencies"])
-                elif time.monotonic() >= deadline:
-                    self._restart(slot, kill=True)
-                    finish(i, error=f"run: timed out after {budget:.3g} s" + ("" if phase == "check" else " (timing)"))
+                run.step(slot, slot.job[2] in ready)  # type: ignore[index]
+        self.pool.slots[:] = [s for s in self.pool.slots if not s.dead]
         return [r for r in out if r is not None]
 
     def close(self) -> None:
-        """Stop the runners (the Ray session stays up)."""
-        import ray
-
-        for slot in self._slots:
-            with contextlib.suppress(Exception):
-                ray.get(slot.actor.close.remote(), timeout=10)
-            with contextlib.suppress(Exception):
-                ray.kill(slot.actor, no_restart=True)
-        self._slots = []
+        """Stop the runners when the Measurer started them (a shared pool is its owner's to close)."""
+        if self._own_pool:
+            self.pool.close()
 
     def __enter__(self) -> Measurer:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _Batch:
+    """One ``Measurer._run``: the queue, and what each runner's reply means for its candidate."""
+
+    def __init__(
+        self,
+        m: Measurer,
+        builds: list[dict[str, Any]],
+        keys: list[str],
+        out: list[MeasureResult | None],
+        on_result: Callable[[int, MeasureResult], None] | None,
+        slow_after: float | None,
+    ) -> None:
+        self.m, self.builds, self.keys, self.out = m, builds, keys, out
+        self.on_result, self.slow_after = on_result, slow_after
+        self.pending = deque(i for i in range(len(builds)) if out[i] is None)
+
+    def dispatch(self, slot: _Slot, i: int) -> None:
+        m, b = self.m, self.builds[i]
+        check = m.check and self.keys[i] not in m._checked
+        ref = slot.actor.load_and_check.remote(b["so"], b["sidecar"], check, *m._task_args)
+        slot.job = (i, "check", ref, time.monotonic() + m.timeout_s, m.timeout_s)
+
+    def finish(self, i: int, slot: _Slot, reply: dict[str, Any] | None = None, error: str | None = None) -> None:
+        latencies = () if reply is None else reply.get("latencies", ())
+        start, end = (None, None) if reply is None else (reply.get("start"), reply.get("end"))
+        error = error if error is not None else (reply or {}).get("error")
+        result = MeasureResult(
+            tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end
+        )
+        self.out[i] = result
+        if self.on_result is not None:
+            self.on_result(i, result)
+
+    def requeue(self, slot: _Slot, i: int) -> None:
+        """The slot's node left: forget its runner and put its candidate back in the queue."""
+        slot.job = None
+        self.m.pool.drop(slot)
+        key = format(self.keys[i] & ((1 << 64) - 1), "016x")  # the candidate's key, as the tuner's
+        self.m.pool.events.append({"kind": "requeued", "node": slot.node_id, "time": time.time(), "candidate": key})
+        self.pending.appendleft(i)
+
+    def step(self, slot: _Slot, done: bool) -> None:
+        """Act on the slot's job: its reply when ``done``, else its deadline."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        assert slot.job is not None
+        m = self.m
+        i, phase, ref, deadline, budget = slot.job
+        if not done:
+            if time.monotonic() >= deadline:
+                m.pool.restart(slot, kill=True)
+                tail = "" if phase == "check" else " (timing)"
+                self.finish(i, slot, error=f"run: timed out after {budget:.3g} s{tail}")
+            return
+        try:
+            reply = ray.get(ref)
+        except RayActorError as e:
+            # the candidate crashed its runner, unless the node went with it: a fresh runner
+            # cannot start on a node that left (its candidate is then timed elsewhere)
+            report = None if _node_died(slot.node_id, e) else m.pool.restart(slot, kill=False)
+            if slot.dead or _node_died(slot.node_id, e):
+                self.requeue(slot, i)
+            else:
+                self.finish(i, slot, error=f"run: crashed ({report or _ray_error_line(e)})")
+            return
+        except Exception as e:
+            m.pool.restart(slot, kill=True)
+            self.finish(i, slot, error="run: " + _short(_ray_error_line(e)))
+            return
+        if reply["error"] is not None or phase == "time":
+            slot.job = None
+            self.finish(i, slot, reply)
+            return
+        m._checked.add(self.keys[i])
+        first = reply["first"]
+        if self.slow_after is not None and first > self.slow_after:
+            slot.job = None
+            self.finish(i, slot, {**reply, "latencies": [first]})
+            return
+        number = m.number or max(1, math.ceil(m.min_repeat_ms / 1e3 / max(first, 1e-7)))
+        min_ms = 0.0 if m.number else m.min_repeat_ms
+        expected = first * (1 + m.repeat * number) + (m.repeat + 2) * min_ms / 1e3
+        budget = m.timeout_s + 3 * expected
+        slot.job = (i, "time", slot.actor.time.remote(number, m.repeat, min_ms), time.monotonic() + budget, budget)
+
+
+def _node_died(node_id: str, error: BaseException) -> bool:
+    """Whether a runner died with its node (Ray says so, or the node is no longer alive)."""
+    return "its node has died" in str(error) or node_id not in RunnerPool.alive_nodes()
 
 
 def _ray_error_line(e: BaseException) -> str:

@@ -107,7 +107,7 @@ class RayEvaluator:
         self.space = space
         if workers is None:
             workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        actor = ray.remote(num_cpus=0)(_Worker)
+        actor = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(_Worker)  # over the cluster's nodes
         traces = [t.as_json_text() for t in space.traces]
         func_ref = ray.put(space.func)
         self.actors = [actor.remote(func_ref, space.hardware, traces) for _ in range(workers)]

@@ -27,8 +27,9 @@ A task none of whose candidates has run yet scores lowest; equal scores are brok
 **What is shared.** One database (records keyed by task and hardware, as :func:`~.tuner.tune`
 writes them, so ``tune`` and ``compile_model`` read the same records) and one cost model for
 all tasks (each task's latencies normalized by its own best; pre-trained on the records of
-other workloads of the same hardware, so a new task starts warm). A task's search actors and
-runner live while its rounds run and are replaced when another task's round starts.
+other workloads of the same hardware, so a new task starts warm). One runner pool (a runner per
+node) times every task's candidates; a task's search actors live while its rounds run and are
+replaced when another task's round starts.
 
 **Files** in ``work_dir``: ``database/``; ``logs/scheduler.log`` (each round: task, why it was
 chosen, trials, best latency, estimated model latency); ``logs/tasks/NN-name.log`` (each
@@ -258,8 +259,11 @@ def tune_model(
         raise TuneInputError(f"tune_model: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if not 0.0 <= alpha <= 1.0 or window < 1:
         raise TuneInputError(f"tune_model: alpha must be in [0, 1] and window at least 1, got {alpha}, {window}")
+    from .measure import resolve_address
+
     t_start = time.perf_counter()
     hw = load(hardware)
+    address = resolve_address(address)
     check_runs_here(hw, address)
     entries, graph = _entries(model, input_shapes, layout)
     from .workdir import hold_work_dir
@@ -487,30 +491,39 @@ class _Active:
         self.task: _TaskState | None = None
         self.evaluator: Any = None
         self.measurer: Any = None
+        self.pool: Any = None  # the runners, one per node, shared by every task's measurer
 
     def switch(self, task: _TaskState, with_evaluator: bool) -> tuple[Any, Any]:
         """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
-        from .measure import Measurer
+        from .measure import Measurer, RunnerPool
 
         search = task.search
         assert search is not None
         if self.task is not task:
-            self.close()
+            self.close_task()
             self.task = task
+            if self.pool is None:
+                self.pool = RunnerPool(self.hw, self.seed)
             self.measurer = Measurer(
                 search.func, self.hw, workload=search.workload, address=self.address, timeout_s=self.timeout_s,
-                repeat=self.repeat, seed=self.seed, reference=task.reference,
+                repeat=self.repeat, seed=self.seed, reference=task.reference, pool=self.pool,
             )  # fmt: skip
             task.reference = self.measurer.reference
         if with_evaluator and self.evaluator is None:
             self.evaluator = search.evaluator(self.workers)
         return self.evaluator, self.measurer
 
-    def close(self) -> None:
+    def close_task(self) -> None:
         for part in (self.measurer, self.evaluator):
             if part is not None:
                 part.close()
         self.task, self.evaluator, self.measurer = None, None, None
+
+    def close(self) -> None:
+        self.close_task()
+        if self.pool is not None:
+            self.pool.close()
+            self.pool = None
 
 
 def _time_model(

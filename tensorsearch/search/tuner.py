@@ -165,7 +165,8 @@ def tune(
 
     ``hardware``: a descriptor name ("x86-znver4", "host"), a YAML path or a Hardware.
     ``work_dir``: where the database (and, from the CLI, the curve) lives; reused to resume.
-    ``address``: a Ray cluster to join (default: an embedded local one). ``workers``: Ray actors
+    ``address``: a Ray cluster to join (default: ``RAY_ADDRESS`` when set, else an embedded local
+    cluster; "local" forces the local one). ``workers``: Ray actors
     for the search's own work (None: one per CPU; 0: in this process). ``timeout_s``: a
     candidate running longer is recorded as failed. ``transfer``: pre-train the cost model on the
     records of other workloads measured on the same hardware, in the work dir's database and in
@@ -177,9 +178,12 @@ def tune(
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
+    from .measure import resolve_address
+
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
+    address = resolve_address(address)
     check_runs_here(hw, address)
     verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
     from .workdir import hold_work_dir
@@ -390,6 +394,9 @@ class TaskSearch:
                 build_seconds=result.build_seconds,
                 trial=len(self.records) + 1,
                 timestamp=time.time(),
+                node=result.node,
+                run_start=result.run_start,
+                run_end=result.run_end,
             )
             self.db.commit_record(rec)
             self.records.append(rec)
@@ -405,13 +412,22 @@ class TaskSearch:
 
         t_measure = time.perf_counter()
         slow_after = SLOW_FACTOR * self.best if math.isfinite(self.best) else None
-        measurer.measure([c.func for c in batch], on_result=on_result, slow_after=slow_after)
+        try:
+            measurer.measure([c.func for c in batch], on_result=on_result, slow_after=slow_after)
+        finally:
+            self.record_events(measurer)
         stats.measured = len(batch)
         stats.measure_seconds = time.perf_counter() - t_measure
         self.cost_model.update(new_feats, new_lats, self.wkey)
         latency_of = {r.candidate_key: r.latency for r in self.records}
         self.measured.sort(key=lambda c: latency_of.get(c.key, math.inf))
         return len(batch)
+
+    def record_events(self, measurer: Any) -> None:
+        """Commit what happened to the cluster's nodes while measuring (not candidate records)."""
+        events, measurer.pool.events[:] = list(measurer.pool.events), []
+        for event in events:
+            self.db.commit_infrastructure({**event, "workload_key": self.wkey, "hardware_key": self.hkey})
 
     def check_some_ran(self, work_dir: str | os.PathLike) -> None:
         """TuneError when no candidate measured so far ran correctly."""
@@ -432,7 +448,10 @@ class TaskSearch:
         finalists = [r for r in self.db.best(self.wkey, self.hkey, FINALISTS) if r.candidate_key in by_key]
         if len(finalists) < 2:
             return
-        samples = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
+        try:
+            samples = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
+        finally:
+            self.record_events(measurer)
         for rec, lats in zip(finalists, samples, strict=True):
             self.db.commit_retiming(self.wkey, self.hkey, rec.candidate_key, lats)
 

@@ -45,7 +45,7 @@ import functools
 import os
 import re
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,6 +192,17 @@ class Hardware:
         """The features this descriptor enables that this CPU reports as absent."""
         absent = _host_absent_features()
         return [f for f in self.features if f.startswith("+") and f[1:] in absent]
+
+    def why_not_runnable_on(self, triple: str, absent: Iterable[str]) -> str | None:
+        """Why code for this CPU descriptor cannot run on a machine of LLVM triple ``triple``
+        whose CPU lacks the features ``absent`` (names without ``+``); None when it can."""
+        if arch_of(self.triple) != arch_of(triple):
+            return f"its architecture is {arch_of(triple)}, the descriptor's {arch_of(self.triple)}"
+        lacks = set(absent)
+        missing = [f for f in self.features if f.startswith("+") and f[1:] in lacks]
+        if missing:
+            return f"its CPU lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
+        return None
 
     @property
     def memory_scopes(self) -> tuple[str, ...]:
@@ -543,6 +554,11 @@ def _host_info() -> tuple[str, str, frozenset[str]]:
 @functools.cache
 def _host_absent_features() -> frozenset[str]:
     return frozenset(k for k, v in llvm.get_host_cpu_features().items() if not v)
+
+
+def host_absent_features() -> frozenset[str]:
+    """The CPU features LLVM reports absent on this machine (names without ``+``)."""
+    return _host_absent_features()
 
 
 def resolve(hardware: Hardware | str | os.PathLike[str] | None = None) -> Hardware:
