@@ -327,7 +327,11 @@ def build_parser() -> argparse.ArgumentParser:
         "one run at a time: a second on a busy work dir is refused (default: runs/NAME-INDEX-DTYPE-HARDWARE)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); the same seed gives the same search")
-    p.add_argument("--address", help="Ray cluster address to join (default: start a local one)")
+    p.add_argument(
+        "--address",
+        help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
+        "'local' forces the private one)",
+    )
     p.add_argument(
         "--transfer",
         metavar="DB",

@@ -76,7 +76,11 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
         "round-robin",
     )
     q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    q.add_argument("--address", help="Ray cluster address to join (default: start a local one)")
+    q.add_argument(
+        "--address",
+        help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
+        "'local' forces the private one)",
+    )
 
 
 def _input_shapes(specs: list[str]) -> dict[str, Any]:

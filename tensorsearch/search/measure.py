@@ -16,11 +16,18 @@ How a batch is measured (:meth:`Measurer.measure`):
    returns the shared library's bytes and its JSON sidecar, so nodes need no shared file system.
    A task still running ``build_timeout_s`` after it was submitted is cancelled (its worker
    killed). All builds of the batch finish before any timing starts.
-2. **Run.** Each alive node with CPUs gets one runner actor, pinned there (hard node affinity).
-   It holds no Ray CPU (so builds can still be scheduled) but owns the node's CPUs for timing by
-   protocol: the driver sends one candidate at a time to each runner and waits for it, and no
-   build runs while timing, so timings never overlap on a node. Runners of different nodes
-   measure different candidates in parallel; the nodes are assumed to match the descriptor.
+2. **Run.** Each alive node with CPUs gets one runner actor (:class:`RunnerPool`), pinned there
+   (hard node affinity), shared by every task of a run. It holds no Ray CPU (so builds can
+   still be scheduled) but owns the node's CPUs for timing by protocol: the driver sends one
+   candidate at a time to each runner and waits for it, and no build runs while timing, so
+   timings never overlap on a node (each result keeps its node and the wall-clock start and end
+   of its check and timing). Runners of different nodes measure different candidates in
+   parallel. A runner reports its node's triple and CPU features when it starts; a node that
+   cannot run the descriptor's code is not used (one warning). The pool looks at the cluster
+   again at every batch and every 5 s while one is timed: a node that joined gets a runner; a
+   runner that died with its node has its candidate timed on another node (an infrastructure
+   event, never the candidate's failure; a candidate whose runner dies while its node stays up
+   crashed it). A build lost with its node runs again elsewhere (Ray retries system failures).
    Runners start with ``OMP_NUM_THREADS`` = the node's CPUs (Ray would otherwise set it to 1 for
    an actor without CPUs, making parallel loops serial) and libgomp's own wait policy
    (``OMP_WAIT_POLICY=passive`` doubled the latency of sub-millisecond kernels; docs/codegen.md).

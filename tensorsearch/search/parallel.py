@@ -88,6 +88,12 @@ class _Worker:
     def __init__(self, func: PrimFunc, hardware: Hardware, traces_json: list[str]) -> None:
         self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
 
+    def node(self) -> str:
+        """The Ray node this worker runs on (where SPREAD put it)."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
     def evaluate(self, jobs: list[tuple]) -> list[tuple | None]:
         out = []
         for job in jobs:
@@ -134,6 +140,12 @@ class RayEvaluator:
                     trace_json, func, key, space, features = item
                     out.append(Candidate(Trace.from_json(trace_json), func, key, space, features))
         return out
+
+    def nodes(self) -> list[str]:
+        """The Ray node of each worker."""
+        import ray
+
+        return ray.get([a.node.remote() for a in self.actors])
 
     def close(self) -> None:
         import ray

@@ -1,0 +1,105 @@
+"""Scenarios on a simulated three-node Ray cluster (``ray.cluster_utils.Cluster``), run in a
+fresh process by tests/test_search_cluster.py; prints one JSON object of what it saw.
+
+Each node has one CPU. The driver joins through ``RAY_ADDRESS`` (``init_ray()`` with no address).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+import warnings
+
+warnings.simplefilter("ignore")
+
+
+def main(work_dir: str) -> None:
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
+    workers = [cluster.add_node(num_cpus=1) for _ in range(2)]
+    cluster.wait_for_nodes()
+    import os
+
+    os.environ["RAY_AUTH_MODE"] = "disabled"
+    os.environ["RAY_ADDRESS"] = cluster.address
+    from tensorsearch import hardware, workloads
+    from tensorsearch.search import Database, SearchConfig
+    from tensorsearch.search.measure import Measurer, RunnerPool, init_ray
+    from tensorsearch.search.parallel import RayEvaluator
+    from tensorsearch.search.scheduler import tune_model
+    from tensorsearch.search.space import DesignSpace
+
+    init_ray()  # RAY_ADDRESS: the cluster above
+    out: dict = {"nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])}
+    host = hardware.load("host")
+
+    # 1. a model's tasks (here two workloads) tuned across the nodes
+    wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 48, 32, 16), "float32")]
+    config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=6)
+    result = tune_model(wls, host, 24, work_dir, config=config)
+    db = Database(work_dir)
+    records = [r for t in result.tasks for r in db.records(t.key, db_hw_key(host))]
+    out["records"] = [[r.node, r.run_start, r.run_end, r.ok, r.error] for r in records]
+    out["rounds"] = result.rounds
+    evaluator = RayEvaluator(DesignSpace(wls[0].func, host))
+    out["search_actor_nodes"] = evaluator.nodes()
+    evaluator.close()
+
+    # 2. a node removed while a batch is timed: its candidate is timed elsewhere
+    slow = workloads.make("GMM", (1, 192, 192, 192), "float32")
+    pool = RunnerPool(host)
+    out["runners_before"] = sorted(s.node_id for s in pool.slots)
+    removed = workers[1].node_id
+    with Measurer(slow.func, host, workload=slow, pool=pool) as m:
+        seen = threading.Event()
+
+        def on_result(i, r):
+            seen.set()
+
+        def remove():
+            seen.wait(60)
+            cluster.remove_node(workers[1])
+
+        t = threading.Thread(target=remove)
+        t.start()
+        results = m.measure([slow.func] * 9, on_result=on_result)
+        t.join()
+        out["removal"] = {
+            "removed": removed,
+            "errors": [r.error for r in results],
+            "nodes": [r.node for r in results],
+            "events": [e["kind"] for e in pool.events],
+        }
+        pool.events.clear()
+
+        # 3. a node added between batches gets a runner and work
+        added = cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        results = m.measure([slow.func] * 6)
+        out["addition"] = {
+            "added": added.node_id,
+            "errors": [r.error for r in results],
+            "nodes": [r.node for r in results],
+            "runners": sorted(s.node_id for s in pool.slots),
+            "events": [e["kind"] for e in pool.events],
+        }
+    pool.close()
+    print("RESULT " + json.dumps(out))
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def db_hw_key(hw):
+    from tensorsearch.search import hardware_key
+
+    return hardware_key(hw)
+
+
+if __name__ == "__main__":
+    t0 = time.time()
+    main(sys.argv[1])
+    print(f"scenario seconds {time.time() - t0:.1f}", file=sys.stderr)

@@ -1,0 +1,143 @@
+"""Tuning on a cluster: a simulated three-node Ray cluster (tests/cluster_scenarios.py, run
+once in a fresh process), RAY_ADDRESS, nodes refused for timing, and a killed model run resumed.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tensorsearch import hardware, workloads
+from tensorsearch.search import Database, SearchConfig, hardware_key, workload_key
+from tensorsearch.search.measure import RunnerPool, init_ray, resolve_address
+from tensorsearch.search.scheduler import tune_model
+
+HERE = Path(__file__).resolve().parent
+HOST = hardware.load("host")
+
+
+@pytest.fixture(scope="module")
+def cluster_run(tmp_path_factory):
+    work = tmp_path_factory.mktemp("cluster")
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(HERE)}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "cluster_scenarios.py"), str(work)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("RESULT ")]
+    assert proc.returncode == 0 and lines, proc.stderr[-3000:]
+    return json.loads(lines[-1].removeprefix("RESULT "))
+
+
+def test_init_ray_joins_the_cluster_ray_address_names(cluster_run):
+    assert len(cluster_run["nodes"]) == 3  # init_ray() with no address, RAY_ADDRESS set
+
+
+def test_a_models_tasks_are_tuned_on_every_node_without_overlapping_timings(cluster_run):
+    records = cluster_run["records"]
+    assert len(records) == 24 and all(ok for _, _, _, ok, _ in records)
+    assert cluster_run["rounds"] == [0, 1, 0, 1]
+    assert {node for node, *_ in records} == set(cluster_run["nodes"])  # one runner per node, all used
+    assert sorted(cluster_run["runners_before"]) == cluster_run["nodes"]
+    by_node: dict[str, list[tuple[float, float]]] = {}
+    for node, start, end, _, _ in records:
+        assert start is not None and end is not None and start <= end
+        by_node.setdefault(node, []).append((start, end))
+    for windows in by_node.values():  # one candidate at a time on a node
+        windows.sort()
+        for (_, end), (start, _) in itertools.pairwise(windows):
+            assert start >= end
+
+
+def test_the_search_actors_are_spread_over_the_nodes(cluster_run):
+    assert sorted(cluster_run["search_actor_nodes"]) == cluster_run["nodes"]
+
+
+def test_a_node_removed_mid_batch_loses_nothing_and_fails_no_candidate(cluster_run):
+    removal = cluster_run["removal"]
+    assert removal["errors"] == [None] * 9  # its candidate in flight was timed on another node
+    assert removal["removed"] not in removal["nodes"]
+    assert removal["events"] == ["node_left", "requeued"]
+
+
+def test_a_node_added_mid_run_gets_a_runner_and_work(cluster_run):
+    addition = cluster_run["addition"]
+    assert addition["errors"] == [None] * 6
+    assert addition["added"] in addition["runners"] and addition["added"] in addition["nodes"]
+    assert addition["events"] == ["node_joined"]
+
+
+def test_resolve_address(monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    assert resolve_address(None) is None and resolve_address("local") is None
+    assert resolve_address("10.0.0.1:6379") == "10.0.0.1:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.2:6379")
+    assert resolve_address(None) == "10.0.0.2:6379"  # as `ray job submit` sets it
+    assert resolve_address("local") is None  # --address local: a private cluster all the same
+
+
+def test_nodes_whose_cpu_cannot_run_the_descriptor_are_refused_once():
+    emerald = hardware.load("x86-emeraldrapids")
+    if HOST.arch != "x86_64" or not emerald.missing_here():
+        pytest.skip("this CPU runs x86-emeraldrapids code (or is not x86): no node to refuse")
+    init_ray()
+    with pytest.warns(UserWarning, match=r"is not used for timing x86-emeraldrapids candidates: its CPU lacks \+"):
+        with pytest.raises(RuntimeError, match="no alive node with CPUs that can run code for x86-emeraldrapids"):
+            RunnerPool(emerald)
+
+
+KILLED_MODEL_RUN = """
+import sys
+from tensorsearch import workloads
+from tensorsearch.search import SearchConfig
+from tensorsearch.search.scheduler import tune_model
+cfg = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
+wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
+tune_model(wls, "host", 60, sys.argv[1], seed=3, config=cfg, workers=0)
+"""
+
+
+def test_a_killed_model_run_resumes_without_losing_or_remeasuring(tmp_path):
+    records_file = tmp_path / "database" / "tuning_records.jsonl"
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_MODEL_RUN, str(tmp_path)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if records_file.exists() and len(records_file.read_text().splitlines()) >= 6:
+                break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the model tuning subprocess measured nothing in 120 s")
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Ray cluster, mid-batch
+        proc.wait()
+    before = [json.loads(line)["candidate_key"] for line in records_file.read_text().splitlines() if line.strip()]
+    assert 6 <= len(before) < 60
+    init_ray()
+    wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
+    config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
+    result = tune_model(wls, HOST, len(before) + 8, tmp_path, seed=3, config=config, workers=0)
+    db = Database(tmp_path)
+    keys = [r.candidate_key for wl in wls for r in db.records(workload_key(wl.func), hardware_key(HOST))]
+    assert result.trials == len(keys) == len(before) + 8 and len(set(keys)) == len(keys)
+    assert set(before) <= set(keys)
