@@ -150,9 +150,10 @@ def _cmd_tune(args: argparse.Namespace) -> int:
             print(f"  {p.stage}", file=sys.stderr, flush=True)
         else:
             best = "n/a" if p.task_best is None else f"{p.task_best * 1e3:.4g} ms"
+            failed = f"; {p.failed} failed, the first: {p.first_error[:160]}" if p.failed else ""
             print(
                 f"  round {p.round}: task {p.task} {p.task_name}, best {best}; model estimate {estimate}; "
-                f"{p.trials_done}/{p.trials_total} trials, {p.elapsed_s:.0f} s",
+                f"{p.trials_done}/{p.trials_total} trials, {p.elapsed_s:.0f} s{failed}",
                 file=sys.stderr,
                 flush=True,
             )

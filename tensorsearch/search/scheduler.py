@@ -137,6 +137,8 @@ class ModelProgress:
     task_name: str = ""
     task_best: float | None = None
     stage: str | None = None
+    failed: int = 0  # candidates of the round that failed
+    first_error: str | None = None  # what the first of them says
 
 
 @dataclass
@@ -431,23 +433,26 @@ class _ModelRun:
             task.alive, task.status = False, "no candidate ran correctly"
         task.history.append(search.best)
         stats = search.stats[-1]
+        errors = [r.error for r in search.records[len(search.records) - measured :] if not r.ok]
+        failed = f"; {len(errors)} failed, the first: {errors[0]}" if errors else ""
         line = (
             f"round {len(self.rounds)}: {measured} trials ({why}); task best {_ms(search.best)} after "
             f"{task.trials} trials; search {stats.search_seconds:.1f} s, measure {stats.measure_seconds:.1f} s, "
-            f"round {time.perf_counter() - t0:.1f} s"
+            f"round {time.perf_counter() - t0:.1f} s{failed}"
         )
         task.write_log(line)
         estimate = self.estimate()
         self.write_log(
             f"round {len(self.rounds)}: task {task.index} {task.entry.name} ({why}): {measured} trials, best "
-            f"{_ms(search.best)}; estimated model latency {_ms(estimate)}; {self.done}/{self.trials} trials"
+            f"{_ms(search.best)}; estimated model latency {_ms(estimate)}; {self.done}/{self.trials} trials{failed}"
         )
         self._add_curve_point()
         if self.progress is not None:
             self.progress(
                 ModelProgress(
                     self.done, self.trials, estimate, self.elapsed, len(self.rounds), task.index, task.entry.name,
-                    search.best if math.isfinite(search.best) else None,
+                    search.best if math.isfinite(search.best) else None, failed=len(errors),
+                    first_error=errors[0] if errors else None,
                 )
             )  # fmt: skip
 
