@@ -159,6 +159,7 @@ def test_tune_model_spends_one_budget_over_the_tasks_and_resumes(tmp_path):
     keys = [r.candidate_key for t in tasks for r in db.records(t.key, hardware_key(HOST))]
     assert again.trials == 20 and len(keys) == 20 == len(set(keys))
     assert len(again.rounds) == 2 and again.model_latency is None
+    assert again.curve[0][0] <= 12 and again.curve[-1][0] == 20  # the curve goes back to the first run
 
 
 def test_tune_model_takes_a_list_of_workloads_round_robin(tmp_path):

@@ -270,6 +270,22 @@ def _tune_held(args: argparse.Namespace, prog: Program, hw, work_dir: Path) -> i
     return 0
 
 
+def _cmd_experiment(args: argparse.Namespace) -> int:
+    from ..search.experiment import load_experiment, run_experiment, write_results
+
+    exp = load_experiment(args.file)  # every mistake in the file, before anything runs
+    print(f"tensorsearch experiment: {exp.name}: {len(exp.cells())} cells, output {exp.output}", file=sys.stderr)
+    try:
+        rows = run_experiment(exp, progress=lambda text: print(text, file=sys.stderr, flush=True))
+    except KeyboardInterrupt:
+        print("interrupted: every measured record is kept; run the same command again to resume", file=sys.stderr)
+        return 130
+    files = write_results(exp, rows)
+    print((exp.output / "results.md").read_text())
+    print("files: " + ", ".join(str(f) for f in files), file=sys.stderr)
+    return 0 if all(str(r.get("status", "")).startswith(("done", "every", "design")) for r in rows) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tensorsearch", description=__doc__)
     parser.add_argument("--debug", action="store_true", help="show the Python traceback of an error")
@@ -341,6 +357,11 @@ def build_parser() -> argparse.ArgumentParser:
         "(a work dir or its database directory; repeatable; the work dir's own database is always used)",
     )
     p.set_defaults(fn=_cmd_tune)
+    p = sub.add_parser(
+        "experiment", help="run (or resume) an experiment file: operators and models x hardware x seeds, with tables"
+    )
+    p.add_argument("file", metavar="FILE.yaml", help="the experiment (see docs/search.md, 'Experiments as files')")
+    p.set_defaults(fn=_cmd_experiment)
     add_model_parsers(sub)
     return parser
 

@@ -89,7 +89,7 @@ class _Worker:
         self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
 
     def node(self) -> str:
-        """The Ray node this worker runs on (where SPREAD put it)."""
+        """The Ray node this worker runs on."""
         import ray
 
         return ray.get_runtime_context().get_node_id()
@@ -104,19 +104,37 @@ class _Worker:
         return out
 
 
+def _spread(workers: int) -> list[str]:
+    """``workers`` node ids, one per CPU of the alive nodes taken in turn (node A's first CPU, node
+    B's first, ..., then the second ones), so the actors cover every node. Ray's ``SPREAD``
+    strategy is best effort: for actors that hold no CPU it put two of three on one node."""
+    import ray
+
+    cpus = {n["NodeID"]: int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")}
+    turns = [node for k in range(max(cpus.values(), default=0)) for node, c in sorted(cpus.items()) if c > k]
+    turns = turns or [ray.get_runtime_context().get_node_id()]
+    return [turns[i % len(turns)] for i in range(workers)]
+
+
 class RayEvaluator:
     """Evaluate jobs on ``workers`` Ray actors (default: the cluster's CPU count)."""
 
     def __init__(self, space: DesignSpace, workers: int | None = None) -> None:
         import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.space = space
         if workers is None:
             workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
-        actor = ray.remote(num_cpus=0, scheduling_strategy="SPREAD")(_Worker)  # over the cluster's nodes
+        actor = ray.remote(num_cpus=0)(_Worker)
         traces = [t.as_json_text() for t in space.traces]
         func_ref = ray.put(space.func)
-        self.actors = [actor.remote(func_ref, space.hardware, traces) for _ in range(workers)]
+        self.actors = [
+            actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
+                func_ref, space.hardware, traces
+            )
+            for node in _spread(workers)
+        ]
 
     def evaluate(self, jobs: list[tuple]) -> list[Candidate | None]:
         import ray

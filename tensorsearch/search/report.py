@@ -419,7 +419,7 @@ def write_latency_curve_png(
             top = max(top, measured * 1e3)
         ax.set_ylim(0, top * 1.15)
         ax.set_xlim(0, max(xs) * 1.02 or 1)
-        ax.legend(loc="upper right")
+        ax.legend(loc="lower left")
     else:
         ax.text(0.5, 0.5, "no estimate yet (a task has no successful trial)", ha="center", va="center",
                 transform=ax.transAxes)  # fmt: skip

@@ -363,7 +363,20 @@ class _ModelRun:
         resumed = [t for t in self.tasks if t.trials]
         if resumed:
             self.write_log(f"resuming: {self.done} records of {len(resumed)} tasks")
-        self._add_curve_point()
+        self.curve = self._past_curve()
+
+    def _past_curve(self) -> list[tuple[int, float]]:
+        """The estimate after each record already in the database, in the order they were
+        measured (from the first trial at which every task that can be tuned had a best)."""
+        live = [t for t in self.tasks if t.search is not None]
+        events = sorted((r.timestamp, n, r.latency) for n, t in enumerate(live) for r in t.search.records)
+        best = [math.inf] * len(live)
+        curve = []
+        for done, (_, n, latency) in enumerate(events, 1):
+            best[n] = min(best[n], latency)
+            if all(math.isfinite(b) for b in best):
+                curve.append((done, sum(t.entry.weight * b for t, b in zip(live, best, strict=True))))
+        return curve
 
     def tune(self, address: str | None, workers: int | None, timeout_s: float, repeat: int) -> None:
         """Run rounds until the budget is spent or no task can go on; then time each tuned task's
