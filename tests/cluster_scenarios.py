@@ -49,8 +49,13 @@ def main(work_dir: str) -> None:
     out["search_actor_nodes"] = evaluator.nodes()
     evaluator.close()
 
-    # 2. a node removed while a batch is timed: its candidate is timed elsewhere
+    # 2. a node removed while a batch is timed: its candidate is timed elsewhere; the search
+    # actor that was on it is replaced by this process
     slow = workloads.make("GMM", (1, 192, 192, 192), "float32")
+    space = DesignSpace(wls[0].func, host)
+    evaluator = RayEvaluator(space)
+    jobs = [("sample", 0, seed) for seed in range(6)]
+    want = [None if c is None else c.key for c in evaluator.evaluate(jobs)]
     pool = RunnerPool(host)
     out["runners_before"] = sorted(s.node_id for s in pool.slots)
     removed = workers[1].node_id
@@ -69,6 +74,9 @@ def main(work_dir: str) -> None:
         t.start()
         results = m.measure([slow.func] * 9, on_result=on_result)
         t.join()
+        got = [None if c is None else c.key for c in evaluator.evaluate(jobs)]
+        out["search_after_removal"] = {"same": got == want, "actors": len(evaluator.actors)}
+        evaluator.close()
         out["removal"] = {
             "removed": removed,
             "errors": [r.error for r in results],

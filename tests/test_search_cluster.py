@@ -72,6 +72,10 @@ def test_a_node_removed_mid_batch_loses_nothing_and_fails_no_candidate(cluster_r
     assert removal["events"] == ["node_left", "requeued"]
 
 
+def test_the_search_goes_on_when_a_search_actors_node_leaves(cluster_run):
+    assert cluster_run["search_after_removal"] == {"same": True, "actors": 2}
+
+
 def test_a_node_added_mid_run_gets_a_runner_and_work(cluster_run):
     addition = cluster_run["addition"]
     assert addition["errors"] == [None] * 6

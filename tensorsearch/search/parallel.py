@@ -137,20 +137,28 @@ class RayEvaluator:
         ]
 
     def evaluate(self, jobs: list[tuple]) -> list[Candidate | None]:
+        """Each job's candidate (None where it failed), the jobs sharded over the actors. A shard
+        whose actor died (its node left the cluster) is evaluated here instead, and the actor is
+        dropped; with no actor left, everything is evaluated here."""
         import ray
+        from ray.exceptions import RayActorError
 
         if not jobs:
             return []
+        if not self.actors:
+            return [run_job(self.space, job) for job in jobs]
         wire = [(j[0], j[1].as_json_text(), j[2]) if j[0] == "replay" and isinstance(j[1], Trace) else j for j in jobs]
-        n = len(self.actors)
-        size = -(-len(wire) // n)
-        refs = [
-            a.evaluate.remote(wire[i * size : (i + 1) * size])
-            for i, a in enumerate(self.actors)
-            if wire[i * size : (i + 1) * size]
-        ]
+        size = -(-len(wire) // len(self.actors))
+        shards = [(a, i * size) for i, a in enumerate(self.actors) if wire[i * size : (i + 1) * size]]
+        refs = [a.evaluate.remote(wire[start : start + size]) for a, start in shards]
         out: list[Candidate | None] = []
-        for part in ray.get(refs):
+        for (actor, start), ref in zip(shards, refs, strict=True):
+            try:
+                part = ray.get(ref)
+            except RayActorError:
+                self.actors.remove(actor)
+                out.extend(run_job(self.space, job) for job in jobs[start : start + size])
+                continue
             for item in part:
                 if item is None:
                     out.append(None)
@@ -169,5 +177,6 @@ class RayEvaluator:
         import ray
 
         for a in self.actors:
-            ray.kill(a)
+            with contextlib.suppress(Exception):  # an actor whose node left is gone already
+                ray.kill(a)
         self.actors = []
