@@ -232,3 +232,13 @@ def test_cli_model_tune(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main([*argv, "--strategy", "best"])
     assert stop.value.code == 2 and "invalid choice: 'best'" in capsys.readouterr().err
+
+
+def test_the_cli_offers_every_strategy():
+    from tensorsearch.cli.main import build_parser
+    from tensorsearch.search.scheduler import STRATEGIES
+
+    for strategy in STRATEGIES:
+        args = build_parser().parse_args(["model", "tune", "m.onnx", "--hardware", "host", "--trials", "1",
+                                          "--strategy", strategy])  # fmt: skip
+        assert args.strategy == strategy

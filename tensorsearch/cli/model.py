@@ -58,7 +58,6 @@ def add_parsers(sub: Any) -> None:
 
 
 def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
-    from ..search.scheduler import STRATEGIES
     from .main import _positive_int
 
     q.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. host or x86-znver4")
@@ -70,7 +69,7 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
     )
     q.add_argument(
         "--strategy",
-        choices=STRATEGIES,
+        choices=("gradient", "round-robin"),  # search.scheduler.STRATEGIES (the parser imports no search code)
         default="gradient",
         help="after each task's first round: the task with the largest expected gain (gradient, default) or "
         "round-robin",
