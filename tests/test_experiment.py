@@ -4,10 +4,8 @@ from __future__ import annotations
 
 import csv
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +13,7 @@ import onnx
 import pytest
 from graph_util import model
 from onnx import helper
+from proc_util import kill_when, lines
 
 from tensorsearch.search.experiment import ExperimentError, load_experiment
 
@@ -105,20 +104,8 @@ def test_an_experiment_is_killed_resumed_and_tabled(tmp_path):
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     command = [sys.executable, "-m", "tensorsearch", "experiment", str(path)]
-    first = tmp_path / "out" / "work"
-    proc = subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            files = list(first.glob("*/database/tuning_records.jsonl"))
-            if files and len(files[0].read_text().splitlines()) >= 2:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the experiment measured nothing in 180 s")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+    work = tmp_path / "out" / "work"
+    kill_when(command, lambda: any(lines(f) >= 2 for f in work.glob("*/database/tuning_records.jsonl")), 180)
     done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     with open(tmp_path / "out" / "results.csv") as f:
@@ -127,8 +114,7 @@ def test_an_experiment_is_killed_resumed_and_tabled(tmp_path):
     assert all(r["status"] == "done" and int(r["trials"]) == 8 and float(r["best_ms"]) > 0 for r in rows)
     assert float(rows[2]["measured_model_ms"]) > 0
     for r in rows:  # each cell's work dir holds exactly its budget: nothing lost, nothing measured twice
-        lines = (tmp_path / "out" / r["work_dir"] / "database" / "tuning_records.jsonl").read_text().splitlines()
-        assert len(lines) == 8
+        assert lines(tmp_path / "out" / r["work_dir"] / "database" / "tuning_records.jsonl") == 8
     assert "| GMM:1x16x16x16:float32 |" in done.stdout
     assert (tmp_path / "out" / "results.png").stat().st_size > 0
 

@@ -7,13 +7,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from proc_util import kill_when, lines
 
 from tensorsearch import hardware, workloads
 from tensorsearch.search import Database, SearchConfig, hardware_key, workload_key
@@ -115,26 +114,7 @@ tune_model(wls, "host", 60, sys.argv[1], seed=3, config=cfg, workers=0)
 
 def test_a_killed_model_run_resumes_without_losing_or_remeasuring(tmp_path):
     records_file = tmp_path / "database" / "tuning_records.jsonl"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    env.pop("RAY_ADDRESS", None)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLED_MODEL_RUN, str(tmp_path)],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if records_file.exists() and len(records_file.read_text().splitlines()) >= 6:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the model tuning subprocess measured nothing in 120 s")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the driver and its Ray cluster, mid-batch
-        proc.wait()
+    kill_when([sys.executable, "-c", KILLED_MODEL_RUN, str(tmp_path)], lambda: lines(records_file) >= 6)
     before = [json.loads(line)["candidate_key"] for line in records_file.read_text().splitlines() if line.strip()]
     assert 6 <= len(before) < 60
     init_ray()

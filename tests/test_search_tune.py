@@ -9,16 +9,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 from cuda_util import gpu_missing, needs_nvcc
+from proc_util import kill_when, lines
 
 import tensorsearch as ts
 from tensorsearch import hardware, workloads
@@ -202,25 +201,7 @@ ts.tune(workloads.make("GMM", (1, 32, 32, 32), "float32"), "host", trials=40,
 def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
     wl = workloads.make("GMM", (1, 32, 32, 32), "float32")
     records_file = tmp_path / "database" / "tuning_records.jsonl"
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILLER, str(tmp_path)],
-        env=env,
-        start_new_session=True,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if records_file.exists() and len(records_file.read_text().splitlines()) >= 5:
-                break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the tuning subprocess measured nothing in 120 s")
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)  # the run and its Ray cluster, mid-batch
-        proc.wait()
+    kill_when([sys.executable, "-c", KILLER, str(tmp_path)], lambda: lines(records_file) >= 5)
     before = [json.loads(line) for line in records_file.read_text().splitlines() if line.strip()]
     assert 5 <= len(before) < 40
     config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)

@@ -140,6 +140,14 @@ def _argument(name: str, fn, *args):
         raise ValueError(f"argument {name}: {err}") from None
 
 
+def add_address_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--address",
+        help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
+        "'local' forces the private one)",
+    )
+
+
 def _check_work_dir(work_dir: Path) -> None:
     """ValueError unless ``work_dir`` is (or can be made) a directory this process can write in;
     directories made to find out are removed again."""
@@ -343,11 +351,7 @@ def build_parser() -> argparse.ArgumentParser:
         "one run at a time: a second on a busy work dir is refused (default: runs/NAME-INDEX-DTYPE-HARDWARE)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); the same seed gives the same search")
-    p.add_argument(
-        "--address",
-        help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
-        "'local' forces the private one)",
-    )
+    add_address_argument(p)
     p.add_argument(
         "--transfer",
         metavar="DB",

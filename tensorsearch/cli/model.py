@@ -58,7 +58,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
-    from .main import _positive_int
+    from .main import _positive_int, add_address_argument
 
     q.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. host or x86-znver4")
     q.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure over all tasks")
@@ -75,11 +75,7 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
         "round-robin",
     )
     q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    q.add_argument(
-        "--address",
-        help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
-        "'local' forces the private one)",
-    )
+    add_address_argument(q)
 
 
 def _input_shapes(specs: list[str]) -> dict[str, Any]:
