@@ -170,7 +170,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         return 130
     print(result.table())
     if result.model_latency is not None:
-        feeds = random_feeds(proto, graph, args.seed)
+        feeds = _random_feeds(proto, graph, args.seed)
         theirs = statistics.median(_time_ort(_ort_session(proto), feeds, 10))
         ours = result.model_latency
         print(f"onnxruntime latency: {theirs * 1e3:.4g} ms (onnxruntime / ours = {theirs / ours:.2f}x)")
@@ -179,14 +179,14 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def random_feeds(proto: Any, graph: Any, seed: int) -> dict[str, np.ndarray]:
+def _random_feeds(proto: Any, graph: Any, seed: int) -> dict[str, np.ndarray]:
+    """Seeded random inputs of the model, at the shapes --input-shape bound."""
     from ..graph.models import random_inputs
 
     return random_inputs(_bound(proto, graph), seed=seed)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from ..graph.models import random_inputs
     from ..search.model import compile_model
     from ..target import load
 
@@ -207,7 +207,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     exe = compile_model(graph, hw, args.work_dir, layout=args.layout, progress=progress)
     if tty:
         print("\r\033[K", end="", file=sys.stderr, flush=True)  # the tasks line below says what was compiled
-    feeds = random_inputs(_bound(proto, graph), seed=args.seed)
+    feeds = _random_feeds(proto, graph, args.seed)
     got = exe(**{v.name: feeds[v.name] for v in graph.inputs})
     sess = _ort_session(proto)
     want = sess.run(None, feeds)

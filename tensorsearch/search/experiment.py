@@ -160,6 +160,12 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     )
 
 
+def _hint(word: str, known: list[str], what: str) -> str:
+    """ "; did you mean 'X'?" for the closest known word, else the list of the known ones."""
+    close = difflib.get_close_matches(word, known, n=1)
+    return f"; did you mean {close[0]!r}?" if close else f" ({what}: {', '.join(known)})"
+
+
 class _Reader:
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -170,8 +176,7 @@ class _Reader:
     def keys(self, data: dict, allowed: set[str], where: str) -> None:
         for key in data:
             if key not in allowed:
-                close = difflib.get_close_matches(str(key), sorted(allowed), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else f" (keys: {', '.join(sorted(allowed))})"
+                hint = _hint(str(key), sorted(allowed), "keys")
                 raise self.error(f"{where}{'.' if where else ''}{key}", f"unknown key{hint}")
 
     def list(self, data: dict, key: str, scalar_ok: bool = False) -> list:
@@ -216,9 +221,7 @@ class _Reader:
         self.keys(x, {"op", "index", "shape", "dtype", "trials"}, key)
         op = self.string(x.get("op"), f"{key}.op")
         if op not in workloads.names():
-            close = difflib.get_close_matches(op, workloads.names(), n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f" (known: {', '.join(workloads.names())})"
-            raise self.error(f"{key}.op", f"unknown operator {op!r}{hint}")
+            raise self.error(f"{key}.op", f"unknown operator {op!r}{_hint(op, workloads.names(), 'known')}")
         dtype = x.get("dtype", "float32")
         if dtype not in workloads.dtypes(op):
             raise self.error(f"{key}.dtype", f"{op} takes {', '.join(workloads.dtypes(op))}, not {dtype!r}")

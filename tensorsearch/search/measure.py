@@ -272,7 +272,7 @@ class _Runner:
             mod(*args)
             first = time.perf_counter() - t0
         except Exception as e:
-            return {"error": "run: " + _short(e), "first": 0.0, "start": self.started, "end": time.time()}
+            return self._reply(error="run: " + _short(e), first=0.0)
         finally:
             for p in (path, path + ".json"):
                 with contextlib.suppress(OSError):
@@ -282,20 +282,25 @@ class _Runner:
                 self.checker([args[k] for k in self.out_positions], self.expected)
             except AssertionError as e:
                 lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-                error = "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ")
-                return {"error": error, "first": first, "start": self.started, "end": time.time()}
+                return self._reply(
+                    error="wrong result: " + _short("; ".join(lines[:3]) or "outputs differ"), first=first
+                )
         self.mod, self.args = mod, args
-        return {"error": None, "first": first, "start": self.started, "end": time.time()}
+        return self._reply(error=None, first=first)
 
     def time(self, number: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
         """Time the loaded candidate: seconds per call of each repeat."""
         try:
             r = self.mod.time(*self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
         except Exception as e:
-            return {"error": "run: " + _short(e), "latencies": [], "start": self.started, "end": time.time()}
+            return self._reply(error="run: " + _short(e), latencies=[])
         finally:
             self.mod, self.args = None, []
-        return {"error": None, "latencies": list(r.results), "start": self.started, "end": time.time()}
+        return self._reply(error=None, latencies=list(r.results))
+
+    def _reply(self, **fields: Any) -> dict[str, Any]:
+        """A call's reply, with the wall-clock window of the candidate's check and timing so far."""
+        return {**fields, "start": self.started, "end": time.time()}
 
     def crash_report(self, token: str) -> str | None:
         """What Python's fault handler wrote when the runner ``token`` died on this node; removes its files."""
@@ -479,7 +484,7 @@ class RunnerPool:
                 + (f" ({why})" if why else "")
             )
 
-    def _event(self, kind: str, node_id: str, **more: Any) -> None:
+    def event(self, kind: str, node_id: str, **more: Any) -> None:
         self.events.append({"kind": kind, "node": node_id, "time": time.time(), **more})
 
     @staticmethod
@@ -495,7 +500,6 @@ class RunnerPool:
         for slot in self.slots:
             if slot.node_id not in alive and slot.job is None and not slot.dead:
                 self.drop(slot)
-        self.slots = [s for s in self.slots if not s.dead or s.job is not None]
         first = self._seen is None
         seen = self._seen if self._seen is not None else set()
         for node_id, node in alive.items():
@@ -508,7 +512,7 @@ class RunnerPool:
             for _ in range(want - have):
                 self.slots.append(self._start(node_id, max(cpus, 1), gpu=self.gpu))
             if not first and node_id not in seen and want:
-                self._event("node_joined", node_id)
+                self.event("node_joined", node_id)
             seen.add(node_id)
         self._seen = seen
         for slot in self.slots:
@@ -523,7 +527,7 @@ class RunnerPool:
         import ray
 
         slot.dead = True
-        self._event("node_left", slot.node_id)
+        self.event("node_left", slot.node_id)
         with contextlib.suppress(Exception):
             ray.kill(slot.actor, no_restart=True)
 
@@ -566,7 +570,7 @@ class RunnerPool:
             ray.kill(slot.actor, no_restart=True)
         if slot.node_id not in self.refused:
             self.refused[slot.node_id] = why
-            self._event("node_refused", slot.node_id, reason=why)
+            self.event("node_refused", slot.node_id, reason=why)
             warnings.warn(
                 f"node {slot.node_id[:12]} is not used for timing {self.hardware.name} candidates: {why}", stacklevel=2
             )
@@ -655,7 +659,7 @@ class Measurer:
         self.repeat = int(repeat)
         self.check = check
         self.min_repeat_ms = float(min_repeat_ms)
-        self._checked: set[int] = set()
+        self._checked: set[str] = set()  # candidate keys checked against the reference
         init_ray(address)
         import ray
 
@@ -713,20 +717,20 @@ class Measurer:
         commits it to the database there, so an interrupted batch keeps what it measured).
         ``slow_after``: seconds; a candidate whose first run took longer keeps that one latency."""
 
-        from ..ir.structural import structural_hash
+        from .space import candidate_key
 
         funcs = list(funcs)
-        return self._run(self._build_all(funcs), [structural_hash(f) for f in funcs], on_result, slow_after)
+        return self._run(self._build_all(funcs), [candidate_key(f) for f in funcs], on_result, slow_after)
 
     def retime(self, funcs: Sequence[PrimFunc], rounds: int = 3) -> list[list[float]]:
         """Each function built once, then timed in ``rounds`` rounds, every round running each in
         turn: the latencies of every round, per function (empty when one failed). Interleaving puts
         the candidates under the same noise; the tuner re-times its finalists this way."""
-        from ..ir.structural import structural_hash
+        from .space import candidate_key
 
         funcs = list(funcs)
         builds = self._build_all(funcs)
-        keys = [structural_hash(f) for f in funcs]
+        keys = [candidate_key(f) for f in funcs]
         samples: list[list[float]] = [[] for _ in funcs]
         for _ in range(rounds):
             for i, r in enumerate(self._run(builds, keys)):
@@ -828,8 +832,7 @@ class _Batch:
         """The slot's node left: forget its runner and put its candidate back in the queue."""
         slot.job = None
         self.m.pool.drop(slot)
-        key = format(self.keys[i] & ((1 << 64) - 1), "016x")  # the candidate's key, as the tuner's
-        self.m.pool.events.append({"kind": "requeued", "node": slot.node_id, "time": time.time(), "candidate": key})
+        self.m.pool.event("requeued", slot.node_id, candidate=self.keys[i])
         self.pending.appendleft(i)
 
     def step(self, slot: _Slot, done: bool) -> None:
@@ -849,10 +852,13 @@ class _Batch:
         try:
             reply = ray.get(ref)
         except RayActorError as e:
-            # the candidate crashed its runner, unless the node went with it: a fresh runner
-            # cannot start on a node that left (its candidate is then timed elsewhere)
-            report = None if _node_died(slot.node_id, e) else m.pool.restart(slot, kill=False)
-            if slot.dead or _node_died(slot.node_id, e):
+            # the candidate crashed its runner, unless the node went with it: then, or when a
+            # fresh runner cannot start there (the node left), it is timed elsewhere
+            if _node_died(slot.node_id, e):
+                self.requeue(slot, i)
+                return
+            report = m.pool.restart(slot, kill=False)
+            if slot.dead:
                 self.requeue(slot, i)
             else:
                 self.finish(i, slot, error=f"run: crashed ({report or _ray_error_line(e)})")

@@ -188,8 +188,12 @@ class _TaskState:
         return self.entry.weight * (alpha * backward + (1 - alpha) * forward)
 
     def write_log(self, line: str) -> None:
-        with open(self.log, "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        _append_log(self.log, line)
+
+
+def _append_log(path: Path, line: str) -> None:
+    with open(path, "a") as f:
+        f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
 
 
 def _ms(seconds: float | None) -> str:
@@ -315,8 +319,7 @@ class _ModelRun:
             self.progress(ModelProgress(self.done, self.trials, self.estimate(), self.elapsed, stage=text))
 
     def write_log(self, line: str) -> None:
-        with open(self.log, "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%d %H:%M:%S')} {line}\n")
+        _append_log(self.log, line)
 
     @property
     def elapsed(self) -> float:
@@ -387,22 +390,22 @@ class _ModelRun:
             if not ray_started():
                 self.stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
             init_ray(address)
-        self.active = _Active(self.hw, address, workers, timeout_s, repeat, self.seed)
+        active = _Active(self.hw, address, workers, timeout_s, repeat, self.seed)
         try:
             while self.done < self.trials:
                 task, why = self.next_task()
                 if task is None:
                     break
-                evaluator, measurer = self.active.switch(task, with_evaluator=True)
+                evaluator, measurer = active.switch(task, with_evaluator=True)
                 self.run_round(task, why, evaluator, measurer)
             for task in self.tasks:
                 if task.index in self.rounds and task.search is not None and len(task.search.ok_records) > 1:
                     self.stage(f"re-timing the fastest candidates of task {task.index} ({task.entry.name})")
-                    _, measurer = self.active.switch(task, with_evaluator=False)
+                    _, measurer = active.switch(task, with_evaluator=False)
                     task.search.retime_finalists(measurer)
                     task.search.best = task.search.best_latency()
         finally:
-            self.active.close()
+            active.close()
 
     def next_task(self) -> tuple[_TaskState | None, str]:
         """The task of the next round and why it was chosen (None when no task can go on)."""
@@ -459,7 +462,8 @@ class _ModelRun:
             f"round {len(self.rounds)}: task {task.index} {task.entry.name} ({why}): {measured} trials, best "
             f"{_ms(search.best)}; estimated model latency {_ms(estimate)}; {self.done}/{self.trials} trials{failed}"
         )
-        self._add_curve_point()
+        if estimate is not None:
+            self.curve.append((self.done, estimate))
         if self.progress is not None:
             self.progress(
                 ModelProgress(
@@ -468,11 +472,6 @@ class _ModelRun:
                     first_error=errors[0] if errors else None,
                 )
             )  # fmt: skip
-
-    def _add_curve_point(self) -> None:
-        estimate = self.estimate()
-        if estimate is not None:
-            self.curve.append((self.done, estimate))
 
     # ------------------------------------------------------------------------------------
     def finish(self, model_latency: float | None) -> ModelTuneResult:

@@ -785,7 +785,7 @@ class DesignSpace:
     def _candidate(self, sch: Schedule, space: int) -> Candidate | None:
         if not self.postprocess(sch):
             return None
-        return Candidate(sch.trace, sch.func, _key(sch.func), space)
+        return Candidate(sch.trace, sch.func, candidate_key(sch.func), space)
 
     def sample(self, rng: random.Random) -> Candidate | None:
         """A fresh candidate: a design-space trace replayed with new random decisions; None when
@@ -819,7 +819,8 @@ class DesignSpace:
         return self._candidate(sch, space)
 
 
-def _key(func: PrimFunc) -> str:
+def candidate_key(func: PrimFunc) -> str:
+    """A candidate's key: the structural hash of its final function as 16 hex digits."""
     return format(structural_hash(func) & ((1 << 64) - 1), "016x")
 
 

@@ -190,16 +190,19 @@ class Hardware:
 
     def missing_here(self) -> list[str]:
         """The features this descriptor enables that this CPU reports as absent."""
-        absent = _host_absent_features()
-        return [f for f in self.features if f.startswith("+") and f[1:] in absent]
+        return self.missing_on(host_absent_features())
+
+    def missing_on(self, absent: Iterable[str]) -> list[str]:
+        """The features this descriptor enables that are among ``absent`` (names without ``+``)."""
+        lacks = set(absent)
+        return [f for f in self.features if f.startswith("+") and f[1:] in lacks]
 
     def why_not_runnable_on(self, triple: str, absent: Iterable[str]) -> str | None:
         """Why code for this CPU descriptor cannot run on a machine of LLVM triple ``triple``
         whose CPU lacks the features ``absent`` (names without ``+``); None when it can."""
         if arch_of(self.triple) != arch_of(triple):
             return f"its architecture is {arch_of(triple)}, the descriptor's {arch_of(self.triple)}"
-        lacks = set(absent)
-        missing = [f for f in self.features if f.startswith("+") and f[1:] in lacks]
+        missing = self.missing_on(absent)
         if missing:
             return f"its CPU lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
         return None
@@ -552,13 +555,9 @@ def _host_info() -> tuple[str, str, frozenset[str]]:
 
 
 @functools.cache
-def _host_absent_features() -> frozenset[str]:
-    return frozenset(k for k, v in llvm.get_host_cpu_features().items() if not v)
-
-
 def host_absent_features() -> frozenset[str]:
     """The CPU features LLVM reports absent on this machine (names without ``+``)."""
-    return _host_absent_features()
+    return frozenset(k for k, v in llvm.get_host_cpu_features().items() if not v)
 
 
 def resolve(hardware: Hardware | str | os.PathLike[str] | None = None) -> Hardware:
