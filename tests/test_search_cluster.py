@@ -125,3 +125,40 @@ def test_a_killed_model_run_resumes_without_losing_or_remeasuring(tmp_path):
     keys = [r.candidate_key for wl in wls for r in db.records(workload_key(wl.func), hardware_key(HOST))]
     assert result.trials == len(keys) == len(before) + 8 and len(set(keys)) == len(keys)
     assert set(before) <= set(keys)
+
+
+def test_an_aarch64_descriptor_runs_under_qemu_on_the_labelled_node_only(cluster_run):
+    emulation = cluster_run["emulation"]
+    if "skipped" in emulation:
+        pytest.skip(f"cannot run aarch64 code under qemu here: {emulation['skipped']}")
+    labelled = emulation["labelled"]
+    assert emulation["runners"] == [[labelled, True]]  # the x86 nodes are refused, the labelled one emulates
+    (good_error, good_lats, good_emulated, good_node), (wrong_error, *_, wrong_node) = emulation["results"]
+    assert good_error is None and len(good_lats) == 1 and good_emulated and good_node == labelled
+    assert wrong_error.startswith("wrong result: ") and "output Z" in wrong_error and wrong_node == labelled
+    assert "ran under qemu only" in emulation["tune_error"] and "add an aarch64 node" in emulation["tune_error"]
+    records = emulation["records"]
+    assert len(records) == 4 and all(rec == [True, True, False, labelled] for rec in records), records
+
+
+def test_node_labels_decide_which_descriptors_a_node_times():
+    from tensorsearch.search.measure import timing_refusal
+
+    x86 = {"triple": "x86_64-unknown-linux-gnu", "absent": [], "hardware": [], "emulates": [], "emulation_missing": {}}
+    znver4, graviton = hardware.load("x86-znver4"), hardware.load("arm-graviton2")
+    assert timing_refusal(znver4, x86) == (None, False)
+    pinned = {**x86, "hardware": ["x86-emeraldrapids", "x86-cascadelake"]}
+    assert timing_refusal(znver4, pinned) == (
+        "its label tensorsearch.hardware=x86-emeraldrapids,x86-cascadelake does not name x86-znver4",
+        False,
+    )
+    assert timing_refusal(graviton, x86) == ("its architecture is x86_64, the descriptor's aarch64", False)
+    emulating = {**x86, "emulates": ["aarch64"], "emulation_missing": {"aarch64": None}}
+    assert timing_refusal(graviton, emulating) == (None, True)
+    assert timing_refusal(znver4, emulating) == (None, False)  # its own code still runs natively
+    no_qemu = {**emulating, "emulation_missing": {"aarch64": "not on PATH: qemu-aarch64 (apt-get install qemu-user)"}}
+    why, emulated = timing_refusal(graviton, no_qemu)
+    assert not emulated and why == (
+        "its architecture is x86_64, the descriptor's aarch64, and it cannot emulate aarch64 "
+        "(not on PATH: qemu-aarch64 (apt-get install qemu-user))"
+    )

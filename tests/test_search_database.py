@@ -45,6 +45,24 @@ def test_record_properties():
     assert not failed.ok and failed.latency == math.inf
 
 
+def test_emulated_records_are_kept_but_never_ranked(tmp_path):
+    db = Database(tmp_path)
+    wk, hk = db.commit_workload(GMM.func), hardware_key(ER)
+    native = record(wk, hk, "a", (3e-4,))
+    emulated = dataclasses.replace(record(wk, hk, "b", (1e-6,)), emulated=True)  # qemu's wall time
+    assert emulated.ok and not emulated.ranks and emulated.latency == math.inf and native.ranks
+    for r in (native, emulated):
+        db.commit_record(r)
+    db.close()
+    lines = [json.loads(line) for line in (tmp_path / "database" / "tuning_records.jsonl").read_text().splitlines()]
+    assert [line["emulated"] for line in lines] == [False, True]
+    again = Database(tmp_path)
+    assert again.records(wk, hk) == [native, emulated]
+    assert again.best(wk, hk, k=5) == [native]  # the emulated one is faster on paper, and not ranked
+    assert again.latency(emulated) == math.inf
+    assert TuningRecord.from_json({k: v for k, v in lines[0].items() if k != "emulated"}) == native  # older lines
+
+
 def test_round_trip_and_resume(tmp_path):
     db = Database(tmp_path)
     wk = db.commit_workload(GMM.func, GMM.key)

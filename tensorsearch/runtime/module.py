@@ -409,22 +409,16 @@ class Module(_Runnable):
         return path
 
     def save(self, path: str | os.PathLike) -> str:
-        """Write a shared library (object linked with ``cc -shared``) and its JSON sidecar."""
+        """Write a shared library (object linked with ``cc -shared``) and its JSON sidecar. The
+        library links on any machine of the target's architecture (it runs on one whose CPU has
+        the target's features)."""
         path = os.fspath(path)
-        if not self.target.runs_here:
+        if arch_of(self.triple) != arch_of(host_triple()):
             raise RuntimeError(
                 f"module {self.name} was built for {self.triple}; save_object(path) writes its object file "
                 "(link it with that target's toolchain)"
             )
-        with tempfile.TemporaryDirectory() as tmp:
-            obj = os.path.join(tmp, self.name + ".o")
-            with open(obj, "wb") as f:
-                f.write(self.object_code())
-            cc = os.environ.get("CC", "cc")
-            cmd = [cc, "-shared", "-o", path, obj, "-lm"] + (["-lgomp"] if self.parallel else [])
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise RuntimeError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr}")
+        link_shared(self.object_code(), path, self.parallel)
         self._write_sidecar(path)
         return path
 
@@ -445,6 +439,20 @@ class Module(_Runnable):
         }
         with open(path + ".json", "w") as f:
             json.dump(meta, f, indent=1)
+
+
+def link_shared(object_code: bytes, path: str, parallel: bool) -> None:
+    """Link an object file of this machine's architecture into the shared library ``path``
+    (``$CC``, else ``cc``; libgomp when the code has parallel loops)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        obj = os.path.join(tmp, "module.o")
+        with open(obj, "wb") as f:
+            f.write(object_code)
+        cc = os.environ.get("CC", "cc")
+        cmd = [cc, "-shared", "-o", path, obj, "-lm"] + (["-lgomp"] if parallel else [])
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise RuntimeError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr}")
 
 
 class LoadedModule(_Runnable):

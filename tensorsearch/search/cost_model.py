@@ -300,11 +300,11 @@ def transfer_data(
     by_workload: dict[str, tuple[Any, list[Any]]] = {}
     for db in databases:
         for wkey, records in db.hardware_records(hkey).items():
-            if wkey in excluded or not any(r.ok for r in records):
+            if wkey in excluded or not any(r.ranks for r in records):
                 continue
             _, have = by_workload.setdefault(wkey, (db, []))
             seen = {r.candidate_key for r in have}
-            have.extend(r for r in records if r.candidate_key not in seen)
+            have.extend(r for r in records if r.candidate_key not in seen and not r.emulated)
     out = []
     share = max_records // max(len(by_workload), 1)
     for wkey, (db, records) in sorted(by_workload.items()):

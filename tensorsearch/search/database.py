@@ -162,6 +162,7 @@ class TuningRecord:
     node: str | None = None  # the Ray node that timed it; None in records written before it was kept
     run_start: float | None = None  # wall-clock seconds on that node: its check run began ...
     run_end: float | None = None  # ... and its timing ended (timings never overlap on a node)
+    emulated: bool = False  # run under qemu (no node runs the code natively): checked, never ranked
 
     @property
     def ok(self) -> bool:
@@ -169,9 +170,15 @@ class TuningRecord:
         return self.error is None and len(self.latencies) > 0
 
     @property
+    def ranks(self) -> bool:
+        """Whether its latency ranks it: it is ok and was timed natively, not under emulation."""
+        return self.ok and not self.emulated
+
+    @property
     def latency(self) -> float:
-        """The median of the latencies in seconds; ``math.inf`` when it failed."""
-        return statistics.median(self.latencies) if self.ok else math.inf
+        """The median of the latencies in seconds; ``math.inf`` when it failed or ran emulated
+        (an emulated timing is qemu's, not the hardware's)."""
+        return statistics.median(self.latencies) if self.ranks else math.inf
 
     def to_json(self) -> dict[str, Any]:
         d = {"format": DATABASE_FORMAT, **dataclasses.asdict(self)}
@@ -199,10 +206,11 @@ class TuningRecord:
             node=None if d.get("node") is None else str(d["node"]),
             run_start=None if d.get("run_start") is None else float(d["run_start"]),
             run_end=None if d.get("run_end") is None else float(d["run_end"]),
+            emulated=bool(d.get("emulated", False)),
         )
 
 
-_OPTIONAL_FIELDS = ("node", "run_start", "run_end")  # absent from lines written before they were kept
+_OPTIONAL_FIELDS = ("node", "run_start", "run_end", "emulated")  # absent from lines written before they were kept
 
 
 def _decode(line: bytes) -> tuple[dict[str, Any] | None, int | None, Exception | None]:
@@ -641,14 +649,15 @@ class Database:
     def latency(self, record: TuningRecord) -> float:
         """The record's candidate's latency: the median of its re-timings where it was re-timed
         (the tuner re-times its finalists together at the end of a run), else the record's own."""
-        if not record.ok:
+        if not record.ranks:
             return math.inf
         retimed = self._retimed.get((record.workload_key, record.hardware_key), {}).get(record.candidate_key)
         return statistics.median(retimed) if retimed else record.latency
 
     def best(self, workload_key: str, hardware_key: str, k: int = 1) -> list[TuningRecord]:
-        """The ``k`` fastest ok records by :meth:`latency` (ties: the earlier commit first)."""
-        ok = [r for r in self._records.get((workload_key, hardware_key), ()) if r.ok]
+        """The ``k`` fastest ok records by :meth:`latency` (ties: the earlier commit first); records
+        run under emulation are not ranked."""
+        ok = [r for r in self._records.get((workload_key, hardware_key), ()) if r.ranks]
         return sorted(ok, key=self.latency)[: max(0, k)]
 
     def has_candidate(self, workload_key: str, hardware_key: str, candidate_key: str) -> bool:

@@ -23,7 +23,11 @@ How a batch is measured (:meth:`Measurer.measure`):
    timings never overlap on a node (each result keeps its node and the wall-clock start and end
    of its check and timing). Runners of different nodes measure different candidates in
    parallel. A runner reports its node's triple and CPU features when it starts; a node that
-   cannot run the descriptor's code is not used (one warning). The pool looks at the cluster
+   cannot run the descriptor's code is not used (one warning); nor is one whose
+   ``tensorsearch.hardware`` label names other descriptors. A node labelled
+   ``tensorsearch.emulates=aarch64`` runs aarch64 candidates (cross-compiled objects) under
+   qemu when no node runs them natively: checked, with their timings flagged ``emulated``
+   (ranking nothing). The pool looks at the cluster
    again at every batch and every 5 s while one is timed: a node that joined gets a runner; a
    runner that died with its node has its candidate timed on another node (an infrastructure
    event, never the candidate's failure; a candidate whose runner dies while its node stays up
@@ -86,6 +90,9 @@ __all__ = ["MeasureResult", "Measurer", "init_ray"]
 
 _MAX_ERROR_CHARS = 1000
 _RUNNER_START_TIMEOUT_S = 120.0
+HARDWARE_LABEL = "tensorsearch.hardware"  # a node label: the descriptors timed there, comma-separated
+EMULATES_LABEL = "tensorsearch.emulates"  # a node label: architectures it runs under qemu ("aarch64")
+EMULATION_SLOWDOWN = 50  # an emulated candidate's check may take this many times the native timeout
 
 
 @dataclass(frozen=True)
@@ -98,6 +105,7 @@ class MeasureResult:
     node: str | None = None  # the Ray node id of the runner that ran it (None: never run)
     run_start: float | None = None  # wall-clock seconds on that node: its check run began ...
     run_end: float | None = None  # ... and its timing ended
+    emulated: bool = False  # run under qemu: checked, but its latency (qemu's wall time) ranks nothing
 
     @property
     def ok(self) -> bool:
@@ -170,22 +178,29 @@ def _short(e: BaseException | str) -> str:
 
 
 def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
-    """Lower, compile and link ``func``; return the library's bytes and sidecar, or the error."""
+    """Lower, compile and link ``func``; return the library's bytes and sidecar, or the error.
+
+    Code for another architecture than this node's (an aarch64 descriptor's, built on an x86
+    node) is cross-compiled and shipped as an object file (``"object": True``): the runner that
+    times it links it, natively or for qemu."""
+    from ..target import arch_of, host_triple
+
     t0 = time.perf_counter()
+    foreign = target.kind == "cpu" and arch_of(target.triple) != arch_of(host_triple())
     try:
         from ..runtime.module import build
 
-        mod = build(func, target, jit=False)
+        mod = build(func, target, jit=False, name="candidate" if foreign else None)  # qemu's harness has the main
         with tempfile.TemporaryDirectory(prefix="tensorsearch-build-") as tmp:
-            path = os.path.join(tmp, "candidate.so")
-            mod.save(path)
+            path = os.path.join(tmp, "candidate.o" if foreign else "candidate.so")
+            mod.save_object(path) if foreign else mod.save(path)
             with open(path, "rb") as f:
-                so = f.read()
+                binary = f.read()
             with open(path + ".json") as f:
                 sidecar = f.read()
     except Exception as e:
         return {"error": "build: " + _short(e), "seconds": time.perf_counter() - t0}
-    return {"error": None, "so": so, "sidecar": sidecar, "seconds": time.perf_counter() - t0}
+    return {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "seconds": time.perf_counter() - t0}
 
 
 @cache
@@ -245,25 +260,39 @@ class _Runner:
 
     def load_and_check(
         self,
-        so: bytes,
+        binary: bytes,
+        is_object: bool,
         sidecar: str,
         check: bool,
         inputs: list[np.ndarray],
         out_positions: list[int],
         expected: list[np.ndarray],
         checker: Any,
+        timeout_s: float = 600.0,
     ) -> dict[str, Any]:
-        """Load the library and run it once on the task's inputs; compare the outputs when ``check``."""
-        from ..runtime.module import load_module
+        """Load the library and run it once on the task's inputs; compare the outputs when ``check``.
+
+        An object file (built on a node of another architecture) is linked here first; one for
+        an architecture this node only emulates is run under qemu (:meth:`_emulate`)."""
+        import json
+
+        from ..runtime.module import link_shared, load_module
+        from ..target import arch_of, host_triple
 
         self.inputs, self.out_positions, self.expected, self.checker = inputs, out_positions, expected, checker
         self.started = time.time()
         self.mod = None
         self.count += 1
+        meta = json.loads(sidecar)
+        if is_object and arch_of(meta["triple"]) != arch_of(host_triple()):
+            return self._emulate(binary, meta["symbol"], check, timeout_s)
         path = os.path.join(self.dir, f"candidate{self.count}.so")  # a fresh name: dlopen caches by path
         try:
-            with open(path, "wb") as f:
-                f.write(so)
+            if is_object:
+                link_shared(binary, path, bool(meta.get("parallel")))
+            else:
+                with open(path, "wb") as f:
+                    f.write(binary)
             with open(path + ".json", "w") as f:
                 f.write(sidecar)
             mod = load_module(path)
@@ -277,16 +306,35 @@ class _Runner:
             for p in (path, path + ".json"):
                 with contextlib.suppress(OSError):
                     os.remove(p)
-        if check:
-            try:
-                self.checker([args[k] for k in self.out_positions], self.expected)
-            except AssertionError as e:
-                lines = [line.strip() for line in str(e).splitlines() if line.strip()]
-                return self._reply(
-                    error="wrong result: " + _short("; ".join(lines[:3]) or "outputs differ"), first=first
-                )
+        wrong = self._wrong([args[k] for k in self.out_positions]) if check else None
+        if wrong is not None:
+            return self._reply(error=wrong, first=first)
         self.mod, self.args = mod, args
         return self._reply(error=None, first=first)
+
+    def _emulate(self, binary: bytes, symbol: str, check: bool, timeout_s: float) -> dict[str, Any]:
+        """Run an aarch64 object once under qemu-aarch64 (linked into a static harness) and check
+        it: correctness only; its one latency, the harness's wall time, is flagged emulated."""
+        from ..runtime.cross import CrossRunError, run_aarch64
+
+        args = self._arguments()
+        t0 = time.perf_counter()
+        try:
+            after = run_aarch64(binary, symbol, args, timeout=timeout_s)
+        except (CrossRunError, OSError, ValueError) as e:
+            return self._reply(error="run: " + _short(str(e)), first=0.0, emulated=True)
+        first = time.perf_counter() - t0
+        wrong = self._wrong([after[k] for k in self.out_positions]) if check else None
+        return self._reply(error=wrong, first=first, latencies=[] if wrong else [first], emulated=True)
+
+    def _wrong(self, outputs: list[np.ndarray]) -> str | None:
+        """``"wrong result: ..."`` when the outputs differ from the reference's, else None."""
+        try:
+            self.checker(outputs, self.expected)
+        except AssertionError as e:
+            lines = [line.strip() for line in str(e).splitlines() if line.strip()]
+            return "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ")
+        return None
 
     def time(self, number: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
         """Time the loaded candidate: seconds per call of each repeat."""
@@ -317,16 +365,52 @@ class _Runner:
         return None
 
     def ready(self) -> dict[str, Any]:
-        """This node's LLVM triple and the CPU features LLVM reports absent (the pool checks them
-        against the descriptor before the runner times anything)."""
+        """What this node can run, for the pool to check against the descriptor before the runner
+        times anything: its LLVM triple, the CPU features LLVM reports absent, the descriptors its
+        ``tensorsearch.hardware`` label allows (empty: any), and the architectures its
+        ``tensorsearch.emulates`` label says it runs under qemu, with why it cannot (tools missing)."""
+        import ray
+
+        from ..runtime.cross import aarch64_tools_available
         from ..target.hardware import host_absent_features, host_triple
 
-        return {"triple": host_triple(), "absent": sorted(host_absent_features())}
+        labels = ray.get_runtime_context().get_node_labels()
+        emulates = _label_list(labels, EMULATES_LABEL)
+        return {
+            "triple": host_triple(),
+            "absent": sorted(host_absent_features()),
+            "hardware": _label_list(labels, HARDWARE_LABEL),
+            "emulates": emulates,
+            "emulation_missing": {
+                a: aarch64_tools_available() if a == "aarch64" else "only aarch64 is emulated" for a in emulates
+            },
+        }
 
     def close(self) -> None:
         faulthandler.disable()
         self._crash_file.close()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _label_list(labels: dict[str, str], key: str) -> list[str]:
+    """A node label's comma-separated values."""
+    return [v.strip() for v in labels.get(key, "").split(",") if v.strip()]
+
+
+def timing_refusal(hw: Hardware, node: dict[str, Any]) -> tuple[str | None, bool]:
+    """(why a node may not time ``hw``'s candidates, or None; whether it runs them under qemu),
+    from what its runner reported (:meth:`_Runner.ready`): its ``tensorsearch.hardware`` label
+    must name ``hw`` when it has one; its triple and CPU must run the code, or its
+    ``tensorsearch.emulates`` label must name the architecture (with qemu installed there)."""
+    if node["hardware"] and hw.name not in node["hardware"]:
+        return f"its label {HARDWARE_LABEL}={','.join(node['hardware'])} does not name {hw.name}", False
+    native = hw.why_not_runnable_on(node["triple"], node["absent"])
+    if native is None or hw.arch not in node["emulates"]:
+        return native, False
+    missing = node["emulation_missing"].get(hw.arch)
+    if missing:
+        return f"{native}, and it cannot emulate {hw.arch} ({missing})", False
+    return None, True
 
 
 @cache
@@ -447,6 +531,7 @@ class _Slot:
     actor: Any
     token: str  # names the runner's temporary directory on its node
     gpu: bool = False  # the runner holds one of the node's GPUs (num_gpus=1) and runs CUDA modules
+    emulated: bool = False  # the node runs the descriptor's code under qemu only (correctness, no timing)
     ready: bool = False
     dead: bool = False
     job: tuple[int, str, Any, float, float] | None = None  # (index, "check" | "time", ref, deadline, budget s)
@@ -473,6 +558,7 @@ class RunnerPool:
         self.seed = seed
         self.slots: list[_Slot] = []
         self.refused: dict[str, str] = {}  # node id -> why its CPU cannot run the descriptor's code
+        self.emulating: set[str] = set()  # nodes that run the descriptor's code under qemu only
         self.events: list[dict[str, Any]] = []
         self._seen: set[str] | None = None  # nodes seen so far (None before the first refresh)
         self.refresh()
@@ -520,7 +606,10 @@ class RunnerPool:
         self.slots = [s for s in self.slots if not s.dead or s.job is not None]
 
     def live(self) -> list[_Slot]:
-        return [s for s in self.slots if not s.dead]
+        """The runners to give candidates to: those that run them natively, else the emulating
+        ones (whose results only check correctness)."""
+        alive = [s for s in self.slots if not s.dead]
+        return [s for s in alive if not s.emulated] or alive
 
     def drop(self, slot: _Slot) -> None:
         """Forget a runner whose node left (killing what may remain of it)."""
@@ -561,7 +650,7 @@ class RunnerPool:
             with contextlib.suppress(Exception):
                 ray.kill(slot.actor, no_restart=True)
             return
-        why = None if self.gpu else self.hardware.why_not_runnable_on(info["triple"], info["absent"])
+        why = None if self.gpu else self._why_not(slot, info)
         if why is None:
             slot.ready = True
             return
@@ -574,6 +663,20 @@ class RunnerPool:
             warnings.warn(
                 f"node {slot.node_id[:12]} is not used for timing {self.hardware.name} candidates: {why}", stacklevel=2
             )
+
+    def _why_not(self, slot: _Slot, info: dict[str, Any]) -> str | None:
+        """Why the slot's node may not time this descriptor's candidates (None: it may; the slot
+        is marked emulated when it runs them under qemu only)."""
+        why, slot.emulated = timing_refusal(self.hardware, info)
+        if slot.emulated and slot.node_id not in self.emulating:
+            self.emulating.add(slot.node_id)
+            self.event("node_emulates", slot.node_id, arch=self.hardware.arch)
+            warnings.warn(
+                f"node {slot.node_id[:12]} runs {self.hardware.name} candidates under qemu-{self.hardware.arch}, "
+                "when no node runs them natively: they are checked, but emulated timings rank nothing",
+                stacklevel=2,
+            )
+        return why
 
     def restart(self, slot: _Slot, kill: bool) -> str | None:
         """Replace the slot's runner by a fresh one on the same node and wait until it is up.
@@ -814,15 +917,17 @@ class _Batch:
     def dispatch(self, slot: _Slot, i: int) -> None:
         m, b = self.m, self.builds[i]
         check = m.check and self.keys[i] not in m._checked
-        ref = slot.actor.load_and_check.remote(b["so"], b["sidecar"], check, *m._task_args)
-        slot.job = (i, "check", ref, time.monotonic() + m.timeout_s, m.timeout_s)
+        budget = m.timeout_s * (EMULATION_SLOWDOWN if slot.emulated else 1)
+        ref = slot.actor.load_and_check.remote(b["binary"], b["object"], b["sidecar"], check, *m._task_args, budget)
+        slot.job = (i, "check", ref, time.monotonic() + budget + (5.0 if slot.emulated else 0.0), budget)
 
     def finish(self, i: int, slot: _Slot, reply: dict[str, Any] | None = None, error: str | None = None) -> None:
         latencies = () if reply is None else reply.get("latencies", ())
         start, end = (None, None) if reply is None else (reply.get("start"), reply.get("end"))
         error = error if error is not None else (reply or {}).get("error")
+        emulated = bool(reply and reply.get("emulated"))
         result = MeasureResult(
-            tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end
+            tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end, emulated
         )
         self.out[i] = result
         if self.on_result is not None:
@@ -867,7 +972,7 @@ class _Batch:
             m.pool.restart(slot, kill=True)
             self.finish(i, slot, error="run: " + _short(_ray_error_line(e)))
             return
-        if reply["error"] is not None or phase == "time":
+        if reply["error"] is not None or phase == "time" or reply.get("emulated"):
             slot.job = None
             self.finish(i, slot, reply)
             return

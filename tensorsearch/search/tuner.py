@@ -343,12 +343,12 @@ class TaskSearch:
         self._resumed = True
         traces = [(Trace.from_json(r.trace).simplified(remove_postproc=True), 0) for r in self.records]
         by_key = {c.key: c for c in measured_population(self.space, evaluator, traces)}
-        known = [r for r in self.records if r.candidate_key in by_key]
+        known = [r for r in self.records if r.candidate_key in by_key and not r.emulated]
         if known:
             self.cost_model.update(
                 [by_key[r.candidate_key].features for r in known], [r.latency for r in known], self.wkey
             )
-        ok = sorted((r for r in known if r.ok), key=lambda r: r.latency)
+        ok = sorted((r for r in known if r.ranks), key=lambda r: r.latency)
         self.measured = [by_key[r.candidate_key] for r in ok]
 
     def run_round(
@@ -397,13 +397,15 @@ class TaskSearch:
                 node=result.node,
                 run_start=result.run_start,
                 run_end=result.run_end,
+                emulated=result.emulated,
             )
             self.db.commit_record(rec)
             self.records.append(rec)
             self.measured_keys.add(cand.key)
-            new_feats.append(cand.features)
-            new_lats.append(rec.latency)
-            if rec.ok:
+            if not rec.emulated:  # an emulated timing teaches the cost model nothing
+                new_feats.append(cand.features)
+                new_lats.append(rec.latency)
+            if rec.ranks:
                 self.measured.append(cand)
                 self.best = min(self.best, rec.latency)
             self.curve.append((len(self.records), self.throughput(self.best)))
@@ -430,11 +432,17 @@ class TaskSearch:
             self.db.commit_infrastructure({**event, "workload_key": self.wkey, "hardware_key": self.hkey})
 
     def check_some_ran(self, work_dir: str | os.PathLike) -> None:
-        """TuneError when no candidate measured so far ran correctly."""
+        """TuneError when no candidate measured so far ran correctly, or all that did ran emulated."""
         if not self.ok_records:
             raise TuneError(
                 f"tune: none of the {len(self.records)} candidates measured for {self.name} on {self.hw.name} ran "
                 f"correctly; see the errors in {Path(work_dir) / 'database'}"
+            )
+        if not any(r.ranks for r in self.ok_records):
+            raise TuneError(
+                f"tune: the {len(self.ok_records)} correct candidates of {self.name} on {self.hw.name} ran under "
+                f"qemu only (no node of the cluster runs {self.hw.arch} code natively), and emulated timings rank "
+                f"nothing; add an {self.hw.arch} node to the cluster to tune (the records are in {Path(work_dir) / 'database'})"
             )
 
     def retime_finalists(self, measurer: Any) -> None:
