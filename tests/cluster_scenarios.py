@@ -99,6 +99,7 @@ def main(work_dir: str) -> None:
         }
     pool.close()
     out["emulation"] = emulation(workers[0].node_id, work_dir)
+    out["killed_driver"] = killed_driver(cluster.address, work_dir + "/killed")
     print("RESULT " + json.dumps(out))
     ray.shutdown()
     cluster.shutdown()
@@ -149,6 +150,53 @@ def emulation(labelled: str, work_dir: str) -> dict:
         "tune_error": error,
         "records": [[r.emulated, r.ok, r.ranks, r.node] for r in records],
     }
+
+
+DRIVER = """
+import sys
+from tensorsearch import workloads
+from tensorsearch.search import SearchConfig
+from tensorsearch.search.scheduler import tune_model
+cfg = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
+wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
+tune_model(wls, "host", 80, sys.argv[1], seed=5, config=cfg)
+"""
+
+
+def killed_driver(address: str, work_dir: str) -> dict:
+    """5. A driver joined to the cluster (RAY_ADDRESS) is killed mid-run; this process resumes its
+    work dir: every record kept, none measured twice, the budget met."""
+    import os
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    from tensorsearch import hardware, workloads
+    from tensorsearch.search import Database, SearchConfig, hardware_key, workload_key
+    from tensorsearch.search.scheduler import tune_model
+
+    records_file = Path(work_dir) / "database" / "tuning_records.jsonl"
+    env = {**os.environ, "RAY_ADDRESS": address}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, work_dir], env=env, start_new_session=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline and proc.poll() is None:
+        if records_file.exists() and len(records_file.read_text().splitlines()) >= 6:
+            break
+        time.sleep(0.2)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = [json.loads(line)["candidate_key"] for line in records_file.read_text().splitlines() if line.strip()]
+    wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
+    config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
+    host = hardware.load("host")
+    result = tune_model(wls, host, len(before) + 8, work_dir, seed=5, config=config)
+    db = Database(work_dir)
+    keys = [r.candidate_key for wl in wls for r in db.records(workload_key(wl.func), hardware_key(host))]
+    nodes = {r.node for wl in wls for r in db.records(workload_key(wl.func), hardware_key(host))}
+    return {"before": before, "after": keys, "trials": result.trials, "nodes": sorted(n for n in nodes if n)}
 
 
 def db_hw_key(hw):

@@ -162,3 +162,12 @@ def test_node_labels_decide_which_descriptors_a_node_times():
         "its architecture is x86_64, the descriptor's aarch64, and it cannot emulate aarch64 "
         "(not on PATH: qemu-aarch64 (apt-get install qemu-user))"
     )
+
+
+def test_a_killed_driver_on_the_cluster_is_resumed_by_another(cluster_run):
+    killed = cluster_run["killed_driver"]
+    before, after = killed["before"], killed["after"]
+    assert 6 <= len(before) < 80, len(before)  # killed mid-run
+    assert killed["trials"] == len(after) == len(before) + 8 and len(set(after)) == len(after)
+    assert set(before) <= set(after)  # nothing lost, nothing measured twice
+    assert len(killed["nodes"]) >= 2  # timed across the cluster's nodes
