@@ -8,9 +8,10 @@ For each model: import it, tune every task with :func:`tensorsearch.tune_model` 
 ``--trials-per-task`` x its tasks, spent by the gradient-based task scheduler; the per-task
 table and curve land in the model's work dir), compile it with the best records, check it
 against onnxruntime on seeded random inputs (as experiments/e2e_untuned.py does: the largest
-error relative to the output's scale for float models, top-1 agreement for int8), and time both,
-interleaved, median of ``--repeat`` runs. With ``--torch-env DIR`` (a virtual environment with
-torch and torchvision, e.g. the one ``experiments/torchvision_models.py --setup`` makes) the
+error relative to the output's scale for float models, top-1 agreement for int8), and time both
+in alternating blocks (experiments/e2e_untuned.py's ``_time``), the tuning's Ray session shut
+down first (its idle processes share the two cores). With ``--torch-env DIR`` (a virtual
+environment with torch and torchvision, e.g. the one ``experiments/torchvision_models.py --setup`` makes) the
 torchvision models (ResNet-50, MobileNet-V2, ViT-B/16) are also timed in torch there (2
 threads, ``inference_mode``, random weights): torch is never imported here.
 
@@ -38,7 +39,7 @@ import traceback
 from pathlib import Path
 
 import outputs
-from e2e_untuned import _check, _ort, _time
+from e2e_untuned import _check, _ort, _time, ratio_chart
 
 MODELS = ["resnet50", "mobilenet_v2", "bert_base", "vit_b_16", "resnet50_int8", "bert_base_int8"]
 TORCHVISION = {"resnet50", "mobilenet_v2", "vit_b_16"}
@@ -83,6 +84,8 @@ def torch_ms(name: str, args) -> str:
 
 def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
     """Tune, compile, check and time one model; the row and its per-task table (Markdown)."""
+    import ray
+
     import tensorsearch as ts
     from tensorsearch.graph.models import load_model
     from tensorsearch.search.model import model_tasks
@@ -96,6 +99,7 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
     t0 = time.perf_counter()
     result = ts.tune_model(graph, hw, trials, work_dir, seed=args.seed, address=args.address)
     tuning_s = time.perf_counter() - t0
+    ray.shutdown()
     exe = ts.compile_model(graph, hw, work_dir)
     sess = _ort(proto)
     check, ok = _check(name, proto, graph, exe, sess, args)
@@ -147,20 +151,7 @@ def write(rows: list[dict], tables: dict[str, str], out: Path, cmd: str) -> list
         lines += ["", f"## {name}: per task", "", table.strip().replace("# ", "### ", 1)]
     (out / "e2e.md").write_text("\n".join(lines) + "\n")
     good = [r for r in rows if not r.get("error")]
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar([r["model"] for r in good], [r["ort_over_ours"] for r in good])
-    ax.axhline(1.0, color="black", linewidth=0.8)
-    ax.set_ylabel("onnxruntime latency / ours")
-    ax.set_title("tuned models vs onnxruntime (above 1: ours faster)")
-    plt.setp(ax.get_xticklabels(), rotation=30, ha="right")
-    fig.tight_layout()
-    fig.savefig(out / "e2e.png", dpi=120)
-    plt.close(fig)
+    ratio_chart(out / "e2e.png", good, "tuned models vs onnxruntime (above 1: ours faster)")
     return ["e2e.csv", "e2e.md", "e2e.png"]
 
 

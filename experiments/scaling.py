@@ -119,6 +119,8 @@ def point(nodes: int, args) -> dict:
 
 
 def write(rows: list[dict], out: Path, cmd: str, args) -> list[str]:
+    from tensorsearch.search.report import format_markdown_table
+
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "scaling.csv", "w", newline="") as f:
         w = csv.DictWriter(f, FIELDS)
@@ -130,14 +132,20 @@ def write(rows: list[dict], out: Path, cmd: str, args) -> list[str]:
         f"`{cmd}`; builds {args.build_s} s, runs {args.run_s} s, {args.batches} x {args.batch} candidates a point after a warm-up batch; "
         f"{os.cpu_count()} CPUs here, nodes simulated with ray.cluster_utils.Cluster.",
         "",
-        "| nodes | cold first batch s | candidates | seconds | trials/s | linear trials/s | of linear | failed |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        format_markdown_table(
+            [[r[k] for k in FIELDS] for r in rows],
+            [
+                "nodes",
+                "cold first batch s",
+                "candidates",
+                "seconds",
+                "trials/s",
+                "linear trials/s",
+                "of linear",
+                "failed",
+            ],
+        ),
     ]
-    for r in rows:
-        lines.append(
-            f"| {r['nodes']} | {r['cold_batch_s']} | {r['candidates']} | {r['seconds']} | {r['trials_per_s']} | "
-            f"{r['linear_trials_per_s']} | {r['of_linear']} | {r['errors']} |"
-        )
     (out / "scaling.md").write_text("\n".join(lines) + "\n")
     import matplotlib
 

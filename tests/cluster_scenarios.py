@@ -105,39 +105,24 @@ def main(work_dir: str) -> None:
     cluster.shutdown()
 
 
-PLUS_ONE = """
-@T.prim_func
-def main(X: T.Buffer((1, 32, 32), "float32"), Y: T.Buffer((1, 32, 32), "float32"), Z: T.Buffer((1, 32, 32), "float32")):
-    for bb, i, j, k in T.grid(1, 32, 32, 32):
-        with T.block("Z"):
-            v_bb, v_i, v_j, v_k = T.axis.remap("SSSR", [bb, i, j, k])
-            T.reads(X[v_bb, v_i, v_k], Y[v_bb, v_k, v_j])
-            T.writes(Z[v_bb, v_i, v_j])
-            with T.init():
-                Z[v_bb, v_i, v_j] = T.float32(1.0)
-            Z[v_bb, v_i, v_j] = Z[v_bb, v_i, v_j] + X[v_bb, v_i, v_k] * Y[v_bb, v_k, v_j]
-"""
-
-
 def emulation(labelled: str, work_dir: str) -> dict:
     """4. An aarch64 descriptor on this x86 cluster: built on any node, run under qemu on the
     node labelled tensorsearch.emulates=aarch64 only, checked, its timings flagged emulated."""
-    from tensorsearch import workloads
+    from test_search_measure import F32, PLUS_ONE  # a 64^3 GEMM, and a function computing X @ Y + 1
+
     from tensorsearch.runtime.cross import aarch64_tools_available
-    from tensorsearch.script import parse
     from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, tune
     from tensorsearch.search.measure import Measurer
 
     reason = aarch64_tools_available()
     if reason is not None:
         return {"skipped": reason}
-    small = workloads.make("GMM", (1, 32, 32, 32), "float32")
-    with Measurer(None, "arm-graviton2", workload=small) as m:
+    with Measurer(None, "arm-graviton2", workload=F32) as m:
         runners = [(s.node_id, s.emulated) for s in m.pool.slots]
-        results = m.measure([small.func, parse(PLUS_ONE)])
+        results = m.measure([F32.func, PLUS_ONE])
     config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
     try:
-        tune(small, "arm-graviton2", 4, work_dir + "/arm", config=config, workers=0)
+        tune(F32, "arm-graviton2", 4, work_dir + "/arm", config=config, workers=0)
         error = None
     except TuneError as e:
         error = str(e)

@@ -20,7 +20,9 @@ EXPERIMENTS = ROOT / "experiments"
 sys.path.insert(0, str(EXPERIMENTS))
 import outputs  # noqa: E402
 
-SCRIPTS = ["bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "e2e_untuned", "gpu_ops", "tune_ops", "vs_tvm"]
+SCRIPTS = [
+    "bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "e2e", "e2e_untuned", "gpu_ops", "scaling", "tune_ops", "vs_tvm",
+]  # fmt: skip
 
 
 def test_default_out_dirs_are_git_ignored():

@@ -102,13 +102,18 @@ class ModelTuneResult:
     strategy: str
     rounds: list[int] = field(default_factory=list)  # the task index of each round run by this call
 
+    def share(self, task: TaskRow) -> float | None:
+        """The task's weight x best latency over the estimated model latency (None: unknown)."""
+        if not math.isfinite(task.best_latency) or not self.estimated_latency:
+            return None
+        return task.weight * task.best_latency / self.estimated_latency
+
     def rows(self) -> list[tuple[Any, ...]]:
         """The table's rows (``TABLE_COLUMNS``)."""
-        est = self.estimated_latency
         out = []
         for n, t in enumerate(self.tasks):
             ok = math.isfinite(t.best_latency)
-            share = f"{100 * t.weight * t.best_latency / est:.1f}%" if ok and est else ""
+            share = "" if self.share(t) is None else f"{100 * self.share(t):.1f}%"
             best = f"{t.best_latency * 1e3:.4g}" if ok else ""
             total = f"{t.weight * t.best_latency * 1e3:.4g}" if ok else ""
             out.append((n, t.name, t.weight, f"{t.flops / 1e6:.2f}", t.trials, best, total, share, t.status))
@@ -567,10 +572,9 @@ def _write_outputs(result: ModelTuneResult) -> None:
     with open(d / "tasks.csv", "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(["task", "key", "weight", "flops", "trials", "best_latency_s", "share", "status"])
-        est = result.estimated_latency
         for t in result.tasks:
             ok = math.isfinite(t.best_latency)
-            share = f"{t.weight * t.best_latency / est:.4f}" if ok and est else ""
+            share = "" if result.share(t) is None else f"{result.share(t):.4f}"
             w.writerow(
                 [t.name, t.key, t.weight, t.flops, t.trials, f"{t.best_latency:.6g}" if ok else "", share, t.status]
             )
