@@ -93,11 +93,14 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
     proto = load_model(name, reduced=args.reduced)
     graph = ts.graph.from_onnx(proto)
     hw = ts.hardware.load(args.hardware)
-    work_dir = scratch / "work" / f"{name}{'-reduced' if args.reduced else ''}-{hw.name}"
+    flush = "-flush" if args.cache_flush else ""  # records timed otherwise are not mixed in one work dir
+    work_dir = scratch / "work" / f"{name}{'-reduced' if args.reduced else ''}-{hw.name}{flush}"
     tasks = len(model_tasks(graph)[2])
     trials = args.trials_per_task * tasks
     t0 = time.perf_counter()
-    result = ts.tune_model(graph, hw, trials, work_dir, seed=args.seed, address=args.address)
+    result = ts.tune_model(
+        graph, hw, trials, work_dir, seed=args.seed, address=args.address, flush_cache=args.cache_flush
+    )
     tuning_s = time.perf_counter() - t0
     ray.shutdown()
     exe = ts.compile_model(graph, hw, work_dir)
@@ -162,6 +165,7 @@ def main() -> None:
     ap.add_argument("--hardware", default="host", help="descriptor (default host)")
     ap.add_argument("--trials-per-task", type=int, default=32, help="the budget: trials per task (default 32)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache-flush", action="store_true", help="tune with every timed call after a cache flush")
     ap.add_argument("--address", help="a Ray cluster (default: RAY_ADDRESS, else a local one)")
     ap.add_argument("--repeat", type=int, default=10, help="timed runs of each system (default 10)")
     ap.add_argument("--agreement-inputs", type=int, default=100, help="random inputs for int8 top-1 agreement")

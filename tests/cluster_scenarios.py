@@ -113,6 +113,7 @@ def emulation(labelled: str, work_dir: str) -> dict:
     from tensorsearch.runtime.cross import aarch64_tools_available
     from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, tune
     from tensorsearch.search.measure import Measurer
+    from tensorsearch.search.scheduler import tune_model
 
     reason = aarch64_tools_available()
     if reason is not None:
@@ -126,6 +127,7 @@ def emulation(labelled: str, work_dir: str) -> dict:
         error = None
     except TuneError as e:
         error = str(e)
+    model = tune_model([F32], "arm-graviton2", 8, work_dir + "/arm-model", config=config, workers=0)
     by_workload = Database(work_dir + "/arm").hardware_records(hardware_key("arm-graviton2"))
     records = [r for rs in by_workload.values() for r in rs]
     return {
@@ -134,6 +136,7 @@ def emulation(labelled: str, work_dir: str) -> dict:
         "results": [[r.error, list(r.latencies), r.emulated, r.node] for r in results],
         "tune_error": error,
         "records": [[r.emulated, r.ok, r.ranks, r.node] for r in records],
+        "model_task": [model.tasks[0].trials, model.tasks[0].status, model.estimated_latency],
     }
 
 

@@ -130,6 +130,14 @@ def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
     assert_ok(f32.measure([tiled(F32.func)], slow_after=60.0)[0])
 
 
+def test_flush_cache_times_one_call_after_each_flush(f32):
+    from tensorsearch.search.measure import FLUSHED_REPEATS
+
+    with Measurer(None, HW, workload=F32, timeout_s=5.0, flush_cache=True, pool=f32.pool) as m:
+        r = m.measure([tiled(F32.func)])[0]
+    assert_ok(r, repeat=FLUSHED_REPEATS)  # one call a repeat, each after a flush
+
+
 def test_correct_int8_candidates(f32):
     with Measurer(None, HW, workload=I8, timeout_s=5.0, repeat=2) as m:
         for r in m.measure([I8.func, tiled(I8.func)]):

@@ -75,6 +75,11 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
         "round-robin",
     )
     q.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    q.add_argument(
+        "--cache-flush",
+        action="store_true",
+        help="time each call after flushing the caches, as a kernel runs inside the model (cold weights)",
+    )
     add_address_argument(q)
 
 
@@ -156,7 +161,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     try:
         result = tune_model(
             graph, hw, args.trials, work_dir, strategy=args.strategy, seed=args.seed, address=args.address,
-            progress=progress, layout=args.layout,
+            progress=progress, layout=args.layout, flush_cache=args.cache_flush,
         )  # fmt: skip
     except WorkDirBusy as busy:
         print(f"tensorsearch model tune: error: {busy.message('--work-dir')}", file=sys.stderr)

@@ -93,6 +93,7 @@ _RUNNER_START_TIMEOUT_S = 120.0
 HARDWARE_LABEL = "tensorsearch.hardware"  # a node label: the descriptors timed there, comma-separated
 EMULATES_LABEL = "tensorsearch.emulates"  # a node label: architectures it runs under qemu ("aarch64")
 EMULATION_SLOWDOWN = 50  # an emulated candidate's check may take this many times the native timeout
+FLUSHED_REPEATS = 10  # with flush_cache each repeat is one call: at least this many of them
 
 
 @dataclass(frozen=True)
@@ -336,10 +337,13 @@ class _Runner:
             return "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ")
         return None
 
-    def time(self, number: int, repeat: int, min_repeat_ms: float) -> dict[str, Any]:
-        """Time the loaded candidate: seconds per call of each repeat."""
+    def time(self, number: int, repeat: int, min_repeat_ms: float, flush_cache: bool = False) -> dict[str, Any]:
+        """Time the loaded candidate: seconds per call of each repeat (each after a cache flush
+        when ``flush_cache``)."""
         try:
-            r = self.mod.time(*self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms)
+            r = self.mod.time(
+                *self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, flush_cache=flush_cache
+            )
         except Exception as e:
             return self._reply(error="run: " + _short(e), latencies=[])
         finally:
@@ -721,7 +725,10 @@ class Measurer:
     function and seed (its inputs, expected outputs and checker), not computed again. ``pool``:
     the runners to time on, shared with other Measurers of the same hardware (by default the
     Measurer starts its own and stops them on :meth:`close`). One pool at a time should use a
-    cluster.
+    cluster. ``flush_cache``: every timed call runs after the caches are flushed (a buffer larger
+    than the last-level cache written), one call a repeat, at least ``FLUSHED_REPEATS`` repeats:
+    a kernel's latency as a model sees it, its weights no longer cached by its previous call
+    (TVM's ``enable_cpu_cache_flush``).
     """
 
     def __init__(
@@ -741,6 +748,7 @@ class Measurer:
         min_repeat_ms: float = 20.0,
         reference: tuple[Any, ...] | None = None,
         pool: RunnerPool | None = None,
+        flush_cache: bool = False,
     ) -> None:
         if func is None:
             if workload is None:
@@ -762,6 +770,7 @@ class Measurer:
         self.repeat = int(repeat)
         self.check = check
         self.min_repeat_ms = float(min_repeat_ms)
+        self.flush_cache = flush_cache
         self._checked: set[str] = set()  # candidate keys checked against the reference
         init_ray(address)
         import ray
@@ -982,11 +991,15 @@ class _Batch:
             slot.job = None
             self.finish(i, slot, {**reply, "latencies": [first]})
             return
-        number = m.number or max(1, math.ceil(m.min_repeat_ms / 1e3 / max(first, 1e-7)))
-        min_ms = 0.0 if m.number else m.min_repeat_ms
-        expected = first * (1 + m.repeat * number) + (m.repeat + 2) * min_ms / 1e3
+        if m.flush_cache:  # one call a repeat, each after the caches are flushed
+            number, min_ms, repeat = 1, 0.0, max(m.repeat, FLUSHED_REPEATS)
+        else:
+            number = m.number or max(1, math.ceil(m.min_repeat_ms / 1e3 / max(first, 1e-7)))
+            min_ms, repeat = (0.0 if m.number else m.min_repeat_ms), m.repeat
+        expected = first * (1 + repeat * number) + (repeat + 2) * min_ms / 1e3 + repeat * 0.05 * m.flush_cache
         budget = m.timeout_s + 3 * expected
-        slot.job = (i, "time", slot.actor.time.remote(number, m.repeat, min_ms), time.monotonic() + budget, budget)
+        ref = slot.actor.time.remote(number, repeat, min_ms, m.flush_cache)
+        slot.job = (i, "time", ref, time.monotonic() + budget, budget)
 
 
 def _node_died(node_id: str, error: BaseException) -> bool:

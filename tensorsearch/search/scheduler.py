@@ -249,6 +249,7 @@ def tune_model(
     workers: int | None = None,
     timeout_s: float = 10.0,
     repeat: int = 3,
+    flush_cache: bool = False,
     transfer: bool = True,
     input_shapes: Mapping[str, Any] | None = None,
     layout: str = "NHWC",
@@ -262,7 +263,8 @@ def tune_model(
     tasks (``tensorsearch.graph.Task`` or workloads). ``strategy``: "gradient" or "round-robin"
     (see the module docstring). ``measure_model``: when a model (not a task list) is given and
     this machine runs ``hardware``, compile it with the best records and time it at the end.
-    The other arguments are :func:`~.tuner.tune`'s. The work dir is held for the whole run.
+    ``flush_cache``: time every call after flushing the caches (:class:`~.measure.Measurer`), as
+    a kernel runs inside the model. The other arguments are :func:`~.tuner.tune`'s. The work dir is held for the whole run.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune_model: trials must be a positive integer, got {trials!r}")
@@ -283,7 +285,7 @@ def tune_model(
         run = _ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
         run.alpha, run.window, run.t_start = alpha, window, t_start
         run.start(transfer)
-        run.tune(address, workers, timeout_s, repeat)
+        run.tune(address, workers, {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache})
         model_latency = None
         if graph is not None and measure_model and hw.runs_here:
             run.stage("compiling the model with the best records and timing it")
@@ -386,7 +388,7 @@ class _ModelRun:
                 curve.append((done, sum(t.entry.weight * b for t, b in zip(live, best, strict=True))))
         return curve
 
-    def tune(self, address: str | None, workers: int | None, timeout_s: float, repeat: int) -> None:
+    def tune(self, address: str | None, workers: int | None, measure: dict[str, Any]) -> None:
         """Run rounds until the budget is spent or no task can go on; then time each tuned task's
         finalists again together."""
         from .measure import init_ray, ray_started
@@ -395,7 +397,7 @@ class _ModelRun:
             if not ray_started():
                 self.stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
             init_ray(address)
-        active = _Active(self.hw, address, workers, timeout_s, repeat, self.seed)
+        active = _Active(self.hw, address, workers, measure, self.seed)
         try:
             while self.done < self.trials:
                 task, why = self.next_task()
@@ -452,6 +454,9 @@ class _ModelRun:
             task.write_log("the design space has nothing new left; the task stops")
         elif not search.ok_records and len(search.records) >= 2 * self.config.num_trials_per_iter:
             task.alive, task.status = False, "no candidate ran correctly"
+        elif not any(r.ranks for r in search.ok_records):  # more rounds would rank nothing either
+            task.alive = False
+            task.status = f"checked under qemu only: no node runs {search.hw.arch} code natively"
         task.history.append(search.best)
         stats = search.stats[-1]
         errors = [r.error for r in search.records[len(search.records) - measured :] if not r.ok]
@@ -505,11 +510,10 @@ class _Active:
     """The search actors and the runner of the task whose rounds run now (one task at a time)."""
 
     def __init__(
-        self, hw: Hardware, address: str | None, workers: int | None, timeout_s: float, repeat: int, seed: int
+        self, hw: Hardware, address: str | None, workers: int | None, measure: dict[str, Any], seed: int
     ) -> None:
-        self.hw, self.address, self.workers, self.timeout_s, self.repeat, self.seed = (
-            hw, address, workers, timeout_s, repeat, seed,
-        )  # fmt: skip
+        # measure: the Measurer's timeout_s, repeat and flush_cache
+        self.hw, self.address, self.workers, self.measure, self.seed = hw, address, workers, measure, seed
         self.task: _TaskState | None = None
         self.evaluator: Any = None
         self.measurer: Any = None
@@ -527,8 +531,8 @@ class _Active:
             if self.pool is None:
                 self.pool = RunnerPool(self.hw, self.seed)
             self.measurer = Measurer(
-                search.func, self.hw, workload=search.workload, address=self.address, timeout_s=self.timeout_s,
-                repeat=self.repeat, seed=self.seed, reference=task.reference, pool=self.pool,
+                search.func, self.hw, workload=search.workload, address=self.address, seed=self.seed,
+                reference=task.reference, pool=self.pool, **self.measure,
             )  # fmt: skip
             task.reference = self.measurer.reference
         if with_evaluator and self.evaluator is None:

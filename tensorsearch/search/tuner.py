@@ -160,6 +160,7 @@ def tune(
     repeat: int = 3,
     transfer: bool = True,
     transfer_from: Sequence[str | os.PathLike] = (),
+    flush_cache: bool = False,
 ) -> TuneResult:
     """Tune ``func_or_workload`` for ``hardware`` with ``trials`` measurements in total.
 
@@ -168,7 +169,8 @@ def tune(
     ``address``: a Ray cluster to join (default: ``RAY_ADDRESS`` when set, else an embedded local
     cluster; "local" forces the local one). ``workers``: Ray actors
     for the search's own work (None: one per CPU; 0: in this process). ``timeout_s``: a
-    candidate running longer is recorded as failed. ``transfer``: pre-train the cost model on the
+    candidate running longer is recorded as failed. ``flush_cache``: every timed call runs after
+    the caches are flushed (:class:`~.measure.Measurer`). ``transfer``: pre-train the cost model on the
     records of other workloads measured on the same hardware, in the work dir's database and in
     the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
     files). Returns the best program found.
@@ -190,8 +192,8 @@ def tune(
 
     with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it
         return _tune(
-            func, workload, name, hw, trials, work_dir, seed, address, config, progress, workers, timeout_s, repeat,
-            transfer, transfer_from, t_start,
+            func, workload, name, hw, trials, work_dir, seed, address, config, progress, workers,
+            {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache}, transfer, transfer_from, t_start,
         )  # fmt: skip
 
 
@@ -207,8 +209,7 @@ def _tune(
     config: SearchConfig | None,
     progress: Callable[[Progress], None] | None,
     workers: int | None,
-    timeout_s: float,
-    repeat: int,
+    measure: dict[str, Any],  # the Measurer's timeout_s, repeat and flush_cache
     transfer: bool,
     transfer_from: Sequence[str | os.PathLike],
     t_start: float,
@@ -233,7 +234,7 @@ def _tune(
         stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
     init_ray(address)
     evaluator = task.evaluator(workers)
-    measurer = Measurer(func, hw, workload=workload, address=address, timeout_s=timeout_s, repeat=repeat, seed=seed)
+    measurer = Measurer(func, hw, workload=workload, address=address, seed=seed, **measure)
     try:
         if task.records:
             stage(f"resuming from {len(task.records)} records in {db.dir}", len(task.records))
