@@ -264,7 +264,8 @@ def tune_model(
     (see the module docstring). ``measure_model``: when a model (not a task list) is given and
     this machine runs ``hardware``, compile it with the best records and time it at the end.
     ``flush_cache``: time every call after flushing the caches (:class:`~.measure.Measurer`), as
-    a kernel runs inside the model. The other arguments are :func:`~.tuner.tune`'s. The work dir is held for the whole run.
+    a kernel runs inside the model. The other arguments are :func:`~.tuner.tune`'s. The work dir
+    is held for the whole run.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune_model: trials must be a positive integer, got {trials!r}")
@@ -454,7 +455,7 @@ class _ModelRun:
             task.write_log("the design space has nothing new left; the task stops")
         elif not search.ok_records and len(search.records) >= 2 * self.config.num_trials_per_iter:
             task.alive, task.status = False, "no candidate ran correctly"
-        elif not any(r.ranks for r in search.ok_records):  # more rounds would rank nothing either
+        elif search.ok_records and not any(r.ranks for r in search.ok_records):  # nor would more rounds
             task.alive = False
             task.status = f"checked under qemu only: no node runs {search.hw.arch} code natively"
         task.history.append(search.best)
