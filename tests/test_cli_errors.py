@@ -101,7 +101,11 @@ def test_a_bug_is_one_line_and_says_how_to_see_more(monkeypatch, capsys):
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signal_stops_a_tune_cleanly_and_keeps_every_record(tmp_path, sig):
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
-    argv = [sys.executable, "-m", "tensorsearch", "tune", "GMM", "--hardware", "host", "--trials", "64"]
+    # Ctrl-C as in a terminal: a job a non-interactive shell started in the background (`.ci/run &`)
+    # ignores SIGINT, and so would the tune it starts; Python keeps an ignored SIGINT ignored
+    ctrl_c = "import signal, runpy; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    ctrl_c += "runpy.run_module('tensorsearch', run_name='__main__', alter_sys=True)"
+    argv = [sys.executable, "-c", ctrl_c, "tune", "GMM", "--hardware", "host", "--trials", "64"]
     proc = subprocess.Popen(
         [*argv, "--work-dir", "w"], cwd=tmp_path, env=env, stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
