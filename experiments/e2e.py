@@ -29,9 +29,7 @@ results/e2e/, git-ignored; experiments/outputs.py).
 from __future__ import annotations
 
 import argparse
-import csv
 import json
-import os
 import subprocess
 import sys
 import time
@@ -39,7 +37,7 @@ import traceback
 from pathlib import Path
 
 import outputs
-from e2e_untuned import _check, _ort, _time, ratio_chart
+from e2e_untuned import _check, _ort, _time, write_report
 
 MODELS = ["resnet50", "mobilenet_v2", "bert_base", "vit_b_16", "resnet50_int8", "bert_base_int8"]
 TORCHVISION = {"resnet50", "mobilenet_v2", "vit_b_16"}
@@ -127,35 +125,22 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
 
 
 def write(rows: list[dict], tables: dict[str, str], out: Path, cmd: str) -> list[str]:
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "e2e.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
-        w.writeheader()
-        w.writerows(rows)
-    lines = [
-        "# Whole models, tuned, vs onnxruntime",
-        "",
-        f"`{cmd}`; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end.",
-        "",
-        "| model | tasks | trials | tuning s | estimated ms | agreement | ours ms | onnxruntime ms | ort / ours | torch ms |",
-        "|---|---:|---:|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    for r in rows:
-        if r.get("error"):
-            lines.append(f"| {r['model']} | | | | | error: {r['error']} | | | | |")
-            continue
-        mark = "" if r["ok"] else " **FAILED**"
-        lines.append(
-            f"| {r['model']}{' (reduced)' if r['reduced'] else ''} | {r['tasks']} | {r['trials']} | {r['tuning_s']} | "
-            f"{r['estimated_ms']} | {r['check']}{mark} | {r['ours_ms']} | {r['ort_ms']} | {r['ort_over_ours']} | "
-            f"{r['torch_ms']} |"
-        )
+    columns = [
+        ("model", "l"), ("tasks", "r"), ("trials", "r"), ("tuning s", "r"), ("estimated ms", "r"), ("agreement", "l"),
+        ("ours ms", "r"), ("onnxruntime ms", "r"), ("ort / ours", "r"), ("torch ms", "r"),
+    ]  # fmt: skip
+
+    def cells(r: dict) -> list:
+        return [
+            r["tasks"], r["trials"], r["tuning_s"], r["estimated_ms"], r["check"] + ("" if r["ok"] else " **FAILED**"),
+            r["ours_ms"], r["ort_ms"], r["ort_over_ours"], r["torch_ms"],
+        ]  # fmt: skip
+
+    more = []
     for name, table in tables.items():  # the work dir's tasks.md, its title a level down
-        lines += ["", f"## {name}: per task", "", table.strip().replace("# ", "### ", 1)]
-    (out / "e2e.md").write_text("\n".join(lines) + "\n")
-    good = [r for r in rows if not r.get("error")]
-    ratio_chart(out / "e2e.png", good, "tuned models vs onnxruntime (above 1: ours faster)")
-    return ["e2e.csv", "e2e.md", "e2e.png"]
+        more += ["", f"## {name}: per task", "", table.strip().replace("# ", "### ", 1)]
+    title = "Whole models, tuned, vs onnxruntime"
+    return write_report(rows, out, "e2e", FIELDS, title, cmd, columns, cells, more)
 
 
 def main() -> None:

@@ -154,35 +154,60 @@ def run_model(name: str, args) -> dict:
 
 
 def write(rows: list[dict], out: Path, cmd: str) -> list[str]:
+    columns = [
+        ("model", "l"), ("tasks (kernels)", "r"), ("schedules", "l"), ("compile s", "r"), ("agreement", "l"),
+        ("ours ms", "r"), ("onnxruntime ms", "r"), ("ort / ours", "r"),
+    ]  # fmt: skip
+
+    def cells(r: dict) -> list:
+        return [
+            f"{r['tasks']} ({r['kernels']})", r["schedules"], r["compile_s"], r["check"] + ("" if r["ok"] else " **FAILED**"),
+            r["ours_ms"], r["ort_ms"], r["ort_over_ours"],
+        ]  # fmt: skip
+
+    title = "Whole models, default schedules (untuned), vs onnxruntime"
+    return write_report(rows, out, "e2e_untuned", FIELDS, title, cmd, columns, cells)
+
+
+def write_report(
+    rows: list[dict],
+    out: Path,
+    stem: str,
+    fields: list[str],
+    title: str,
+    cmd: str,
+    columns: list[tuple[str, str]],
+    cells,
+    more: list[str] = (),
+) -> list[str]:
+    """``stem``.csv (``fields``), ``stem``.md (a row per model: its name, then ``cells(row)`` under
+    ``columns`` (name, "l" or "r"); a model that failed has its error under "agreement"; ``more``
+    lines below) and ``stem``.png (:func:`ratio_chart`) in ``out``; returns the file names."""
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "e2e_untuned.csv", "w", newline="") as f:
-        w = csv.DictWriter(f, FIELDS)
+    with open(out / f"{stem}.csv", "w", newline="") as f:
+        w = csv.DictWriter(f, fields)
         w.writeheader()
         w.writerows(rows)
+    names = [name for name, _ in columns]
     lines = [
-        "# Whole models, default schedules (untuned), vs onnxruntime",
+        f"# {title}",
         "",
         f"`{cmd}`; {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the end.",
         "",
-        "| model | tasks (kernels) | schedules | compile s | agreement | ours ms | onnxruntime ms | ort / ours |",
-        "|---|---:|---|---:|---|---:|---:|---:|",
+        "| " + " | ".join(names) + " |",
+        "|" + "|".join("---:" if align == "r" else "---" for _, align in columns) + "|",
     ]
     for r in rows:
+        model = f"{r['model']}{' (reduced)' if r['reduced'] else ''}"
         if r.get("error"):
-            lines.append(f"| {r['model']} | | | | error: {r['error']} | | | |")
-            continue
-        mark = "" if r["ok"] else " **FAILED**"
-        lines.append(
-            f"| {r['model']}{' (reduced)' if r['reduced'] else ''} | {r['tasks']} ({r['kernels']}) | {r['schedules']} | "
-            f"{r['compile_s']} | "
-            f"{r['check']}{mark} | {r['ours_ms']} | {r['ort_ms']} | {r['ort_over_ours']} |"
-        )
-    (out / "e2e_untuned.md").write_text("\n".join(lines) + "\n")
-    names = ["e2e_untuned.csv", "e2e_untuned.md"]
+            row = [model] + [f"error: {r['error']}" if n == "agreement" else "" for n in names[1:]]
+        else:
+            row = [model, *cells(r)]
+        lines.append("| " + " | ".join(str(c) for c in row) + " |")
+    (out / f"{stem}.md").write_text("\n".join([*lines, *more]) + "\n")
     good = [r for r in rows if not r.get("error")]
-    ratio_chart(out / "e2e_untuned.png", good, "default schedules (untuned) vs onnxruntime")
-    names.append("e2e_untuned.png")
-    return names
+    ratio_chart(out / f"{stem}.png", good, title)
+    return [f"{stem}.csv", f"{stem}.md", f"{stem}.png"]
 
 
 def ratio_chart(path: Path, rows: list[dict], title: str) -> None:
