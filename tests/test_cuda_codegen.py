@@ -107,7 +107,7 @@ def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
     before, trace = sch.func, sch.trace.as_json_text()
     with pytest.raises(
         TensorizeError,
-        match=r"cannot tensorize block Z_o with CUDA unit wmma_16x16x16_f16f16: the inner block Z does not "
+        match=r"cannot tensorize block Z_o with unit wmma_16x16x16_f16f16: the inner block Z does not "
         r"compute the semantics of wmma_mma_16x16x16_f16f16",
     ):
         sch.tensorize(tile, "wmma_16x16x16_f16f16")
@@ -122,7 +122,10 @@ def test_tensorize_unit_mismatch_leaves_schedule_unchanged():
     sch = Schedule(gemm_func(), hardware=SM86)
     _bb, i, _j, _k = sch.get_loops(sch.get_block("Z"))
     before, trace = sch.func, sch.trace.as_json_text()
-    with pytest.raises(TensorizeError, match="CUDA unit wmma_16x16x16_f16f32: iterator i .*covers 64 elements"):
+    with pytest.raises(
+        TensorizeError,
+        match=r"unit wmma_16x16x16_f16f32: operand C \(shape \[16, 16\]\) covers 64 elements of Z dimension 1",
+    ):
         sch.tensorize(i, "wmma_16x16x16_f16f32")
     assert sch.func is before and sch.trace.as_json_text() == trace
 

@@ -32,12 +32,13 @@ SHIPPED_HARDWARE = (
     "x86-znver4",
     "x86-emeraldrapids",
     "x86-cascadelake",
+    "x86-sapphirerapids",
     "arm-graviton2",
     "arm-neoverse-v1",
     "nvidia-sm86",
     "nvidia-sm90",
 )
-SHIPPED_SETS = ("x86-avx512-vnni", "arm-neon-dotprod", "arm-i8mm", "cuda-wmma-f16", "cuda-wmma-s8")
+SHIPPED_SETS = ("x86-avx512-vnni", "x86-amx", "arm-neon-dotprod", "arm-i8mm", "cuda-wmma-f16", "cuda-wmma-s8")
 VNNI = "vnni_dot_16x4_u8i8i32"
 
 
@@ -59,6 +60,7 @@ def test_every_shipped_descriptor_and_set_loads():
     offered = {name: [i.name for i in hardware.load(name).intrinsics] for name in SHIPPED_HARDWARE}
     for cpu in ("x86-znver4", "x86-emeraldrapids", "x86-cascadelake"):
         assert offered[cpu] == [VNNI]
+    assert offered["x86-sapphirerapids"][-1] == VNNI and "amx_tdpbusd_16x16x64" in offered["x86-sapphirerapids"]
     assert offered["arm-graviton2"] == ["neon_sdot_4x4_i8i8i32", "neon_udot_4x4_u8u8u32"]
     assert offered["arm-neoverse-v1"][:3] == [
         "neon_smmla_2x2x8_i8i8i32",

@@ -72,7 +72,7 @@ from ..ir.stmt import (
     Stmt,
 )
 from ..target import Hardware, resolve
-from ..target.intrinsics import Intrinsic, LLVMImpl, shipped_intrinsics
+from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intrinsics
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # non-global constant-size buffers up to this size go on the stack
@@ -1037,6 +1037,31 @@ class _CodeGen:
             return idx
         return self.b.select(self.guard, idx, ir.Constant(idx.type, None))
 
+    # addresses (the operands of a unit's tile instructions) ------------------------------
+    def address_call(self, op: str, args: tuple[PrimExpr, ...]) -> ir.Value:
+        """``address_of(buf[i])``: the element's address; ``address_diff(p, q)``: ``p - q`` in
+        bytes (i64); ``const_bytes(b0, b1, ...)``: the address of a 64-byte-aligned constant holding
+        those bytes (a tile configuration)."""
+        if op == "address_of":
+            load = args[0]
+            if not isinstance(load, BufferLoad) or len(load.indices) != 1:
+                raise CodegenError(f"address_of takes one element of a flattened buffer, got {load}")
+            ptr, st = self.buffer_ptr(load.buffer)
+            return self.b.gep(ptr, [self.expr(load.indices[0])], inbounds=True, source_etype=st)
+        if op == "address_diff":
+            a, b = (self.b.ptrtoint(self.expr(x), I64) for x in args)
+            return self.b.sub(a, b)
+        data = bytes(int(a.value) for a in args if isinstance(a, IntImm))
+        if len(data) != len(args):
+            raise CodegenError("const_bytes takes integer constants")
+        arr = ir.ArrayType(ir.IntType(8), len(data))
+        g = ir.GlobalVariable(self.module, arr, name=self.module.get_unique_name("__ts_const"))
+        g.global_constant = True
+        g.linkage = "private"
+        g.align = 64
+        g.initializer = ir.Constant(arr, bytearray(data))
+        return g
+
     # calls -------------------------------------------------------------------------------
     def call_intrinsic(self, name: str, args: list[ir.Value]) -> ir.Value:
         t = args[0].type
@@ -1060,6 +1085,8 @@ class _CodeGen:
             return result if ret is VOID else self.from_call(result, dt)
         if op == "reinterpret":
             return self.reinterpret(self.expr(e.args[0]), e.args[0].dtype, dt)
+        if op in ("address_of", "address_diff", "const_bytes"):
+            return self.address_call(op, e.args)
         args = [self.expr(a) for a in e.args]
         b = self.b
         if dt.is_integer:
@@ -1160,7 +1187,7 @@ def _shipped_features() -> dict[str, tuple[str, ...]]:
 
 
 def _features_of(intrinsics: Iterable[Intrinsic]) -> dict[str, tuple[str, ...]]:
-    return {i.impl.intrinsic: i.requires.features for i in intrinsics if isinstance(i.impl, LLVMImpl)}
+    return {i.impl.intrinsic: i.requires.features for i in intrinsics if isinstance(i.impl, LLVMImpl | LLVMTileCall)}
 
 
 def _check_intrinsic_features(func: PrimFunc, target: Hardware) -> None:

@@ -4,7 +4,8 @@
 :class:`IntrinsicSet`; ``tensorsearch.hardware.load(name).intrinsics`` lists the intrinsics a
 target offers. Each :class:`Intrinsic` has ``name``, ``operands``, ``iterators``, ``semantics``
 (text; ``desc_func()`` is the same computation as a one-block PrimFunc), ``impl`` (an
-:class:`LLVMImpl` or :class:`CudaImpl`) and ``for_target(hw)``. docs/hardware-yaml.md has the schema.
+:class:`LLVMImpl`, an :class:`LLVMTileCall` for a CPU unit's instruction on tile registers, or a
+:class:`CudaImpl`) and ``for_target(hw)``. docs/hardware-yaml.md has the schema.
 
 ``match(func, block_name, intrin)`` (the matcher, paper section 4.2) returns a
 :class:`MatchReport` whose ``feasible`` lists the mappings with their loop plans and whose
@@ -25,8 +26,10 @@ from ..target.intrinsics import (
     Iterator,
     LLVMArg,
     LLVMImpl,
+    LLVMTileCall,
     Operand,
     Requirements,
+    TileRegisters,
     Unit,
     available,
     find,
@@ -53,6 +56,7 @@ __all__ = [
     "Iterator",
     "LLVMArg",
     "LLVMImpl",
+    "LLVMTileCall",
     "Mapping",
     "MatchReport",
     "Operand",
@@ -60,6 +64,7 @@ __all__ = [
     "Rejection",
     "Requirements",
     "SemanticsIR",
+    "TileRegisters",
     "Unit",
     "available",
     "find",

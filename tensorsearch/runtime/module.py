@@ -28,6 +28,7 @@ from ..ir.dtype import DataType, numpy_dtype, parse_dtype
 from ..ir.expr import IntImm
 from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, BlockRealize, BufferStore, For, ForKind, PrimFunc
+from ..lower.units import lower_units, tile_xfeatures
 from ..target import Hardware, arch_of, host_triple, resolve
 from .timing import TimeResult, flush_cache_now
 
@@ -355,7 +356,10 @@ class Module(_Runnable):
         self.llvm_ir: str = str(opt)
         self._assembly: str | None = None
         self._engine = None
+        self.tile_xfeatures = tile_xfeatures(lowered)
         if target.runs_here and jit:
+            for feature in self.tile_xfeatures:
+                request_xfeature(feature)
             if self.parallel:
                 _load_gomp()
             if "bfloat" in self.llvm_ir:
@@ -436,9 +440,32 @@ class Module(_Runnable):
             "features": self.target.feature_string,
             "parallel": self.parallel,
             "l3_bytes": self.l3_bytes,
+            "tile_xfeatures": list(self.tile_xfeatures),
         }
         with open(path + ".json", "w") as f:
             json.dump(meta, f, indent=1)
+
+
+_ARCH_REQ_XCOMP_PERM = 0x1023  # linux/arch/x86/include/uapi/asm/prctl.h
+_SYS_ARCH_PRCTL = 158  # x86-64
+_GRANTED: set[int] = set()
+
+
+def request_xfeature(feature: int) -> None:
+    """Ask Linux, once per process, to let this process use the XSAVE feature ``feature`` (18:
+    AMX's tile data, which a program must be granted before its first tile instruction, or the
+    instruction kills it); RuntimeError when the kernel refuses."""
+    if feature in _GRANTED:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.syscall(ctypes.c_long(_SYS_ARCH_PRCTL), ctypes.c_long(_ARCH_REQ_XCOMP_PERM), ctypes.c_long(feature))
+    if rc != 0:
+        why = os.strerror(ctypes.get_errno())
+        raise RuntimeError(
+            f"Linux refused this process the tile registers: arch_prctl(ARCH_REQ_XCOMP_PERM, {feature}) failed "
+            f"({why}); AMX needs a CPU that has it and Linux 5.16 or newer"
+        )
+    _GRANTED.add(feature)
 
 
 def link_shared(object_code: bytes, path: str, parallel: bool) -> None:
@@ -472,6 +499,8 @@ class LoadedModule(_Runnable):
         arch = self.triple.split("-")[0]
         if arch_of(arch) != arch_of(host_triple()):
             return  # calls raise the "built for another machine" error
+        for feature in meta.get("tile_xfeatures", ()):
+            request_xfeature(feature)
         lib = ctypes.CDLL(os.path.abspath(path))
         self._lib = lib
         fn = ctypes.cast(getattr(lib, meta["symbol"]), ctypes.c_void_p).value
@@ -533,7 +562,7 @@ def build(
         from .cuda import build_cuda
 
         return build_cuda(func, tgt, name)
-    lowered = lower_for_codegen(func)
+    lowered = lower_for_codegen(func if is_lowered(func) else lower_units(func, tgt))
     if verify_intrinsics:
         from .verify import verify_calls  # verify builds programs with this function
 

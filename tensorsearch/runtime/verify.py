@@ -56,6 +56,7 @@ time an intrinsic is used -- :func:`tensorsearch.build` compiles a program that 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import json
@@ -75,10 +76,15 @@ from ..ir.functor import Mutator, post_order_visit
 from ..schedule import Schedule
 from ..target import Caches, Hardware, arch_of, host_triple, native
 from ..target.intrinsics import (
+    CudaImpl,
     Intrinsic,
     IntrinsicError,
+    IntrinsicSet,
     LLVMImpl,
+    LLVMTileCall,
+    Unit,
     cuda_unverified_reason,
+    load_intrinsic,
     loaded_with_call,
     shipped_intrinsics,
     warn_not_verified,
@@ -167,7 +173,7 @@ def _requirements_target(intr: Intrinsic, arch: str) -> Hardware:
 
 
 def _plan(intr: Intrinsic, hw: Hardware | None) -> _Plan:
-    if not isinstance(intr.impl, LLVMImpl):
+    if isinstance(intr.impl, CudaImpl):
         return _Plan(None, why_not=cuda_unverified_reason())
     if hw is not None and hw.kind == "cpu" and hw.runs_here and intr.requires.why_not(hw) is None:
         return _Plan(hw, "jit")
@@ -426,10 +432,31 @@ def _difference(
 
 
 def _program(intr: Intrinsic, target: Hardware) -> PrimFunc:
-    """The semantics tensorized with the intrinsic itself: its only computation is the implementation."""
+    """The semantics tensorized with the intrinsic itself: its only computation is the implementation
+    (a unit's compute intrinsic: with the unit, which ``target`` offers)."""
     sch = Schedule(intr.desc_func(), hardware=target)
-    sch.tensorize(sch.get_loops(sch.get_block(intr.name))[0], intr)
+    outer = sch.get_loops(sch.get_block(intr.name))[0]
+    sch.tensorize(outer, intr.units[0] if isinstance(intr.impl, LLVMTileCall) else intr)
     return sch.func
+
+
+def _unit_of(intr: Intrinsic, hw: Hardware | None) -> tuple[IntrinsicSet, Unit] | None:
+    """The set and the first unit a unit member ``intr`` belongs to (from ``hw``, else its file)."""
+    sets = [s for s in (hw.intrinsic_sets if hw is not None else ()) if s.name == intr.set_name]
+    if not sets and intr.source:
+        sets = [load_intrinsic(intr.source)]
+    for iset in sets:
+        for unit in iset.units:
+            if intr.name in unit.members:
+                return iset, unit
+    return None
+
+
+def _offering(target: Hardware, iset: IntrinsicSet) -> Hardware:
+    """``target``, offering ``iset`` too (its unit is looked up there when the program is built)."""
+    if any(s.name == iset.name for s in target.intrinsic_sets):
+        return target
+    return dataclasses.replace(target, intrinsic_sets=(*target.intrinsic_sets, iset))
 
 
 def _first_line(err: BaseException) -> str:
@@ -482,8 +509,19 @@ def verify_intrinsic(
     intrinsic per process). Raises :class:`IntrinsicVerifyError` when it computes something other
     than its semantics or does not compile; both outcomes are cached.
     """
+    if isinstance(intr.impl, LLVMTileCall):  # a unit's instructions run together: verify its compute
+        found = _unit_of(intr, hw)
+        if found is None:
+            why = "it is the instruction of no unit, and tile instructions run only as a unit"
+            if warn:
+                warn_not_verified(intr, why, stacklevel=stacklevel + 1)
+            return Verdict(intr.name, _where(intr), False, why)
+        iset, unit = found
+        intr = iset[unit.compute]
     where = _where(intr)
     plan = _plan(intr, hw)
+    if plan.target is not None and isinstance(intr.impl, LLVMTileCall):
+        plan = dataclasses.replace(plan, target=_offering(plan.target, found[0]))
     if plan.target is None:
         if warn:
             warn_not_verified(intr, plan.why_not, stacklevel=stacklevel + 1)
@@ -526,7 +564,7 @@ def _calls(func: PrimFunc, hw: Hardware) -> tuple[list[Intrinsic], list[tuple[st
     post_order_visit(func.body, lambda n: ops.add(n.op) if isinstance(n, Call) and n.op.startswith("llvm.") else None)
     if not ops:
         return [], []
-    offered = [i for i in hw.intrinsics if isinstance(i.impl, LLVMImpl)]
+    offered = [i for i in hw.intrinsics if isinstance(i.impl, LLVMImpl | LLVMTileCall)]
     found: list[Intrinsic] = []
     unknown: list[tuple[str, list[Intrinsic]]] = []
     shipped: list[Intrinsic] | None = None
@@ -534,7 +572,7 @@ def _calls(func: PrimFunc, hw: Hardware) -> tuple[list[Intrinsic], list[tuple[st
         mine = [i for i in offered if i.impl.intrinsic == op]
         if not mine:
             if shipped is None:
-                shipped = [i for i in shipped_intrinsics() if isinstance(i.impl, LLVMImpl)]
+                shipped = [i for i in shipped_intrinsics() if isinstance(i.impl, LLVMImpl | LLVMTileCall)]
             mine = [i for i in shipped if i.impl.intrinsic == op]
         if not mine and loaded_with_call(op):
             unknown.append((op, loaded_with_call(op)))

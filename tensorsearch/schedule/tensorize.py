@@ -38,13 +38,15 @@ passed to ``tensorize`` before (an :class:`~tensorsearch.intrin.Intrinsic` objec
 too; it is remembered by name in this process) and then in every intrinsic set on
 :func:`tensorsearch.intrin.search_path`.
 
-**CUDA units.** ``sch.tensorize(tile, "wmma_16x16x16_f16f32")`` names a multi-instruction unit
-of a CUDA intrinsic set (``units`` in intrinsics/cuda-wmma-f16.yaml); naming the unit's compute
-intrinsic (``"wmma_mma_16x16x16_f16f32"``) selects that unit too.  The tile is checked by
-:func:`tensorsearch.codegen.cuda.check_unit`, the very checks the CUDA lowering makes (semantics,
-dtypes, tile shapes); a mismatch raises :class:`TensorizeError` and leaves the schedule
-unchanged.  On success the block is annotated ``cuda_unit = <unit name>`` exactly as
-``sch.annotate(tile, "cuda_unit", name)`` does, and the CUDA generator lowers it.
+**Units.** ``sch.tensorize(tile, "wmma_16x16x16_f16f32")`` names a multi-instruction unit
+of an intrinsic set (``units`` in intrinsics/cuda-wmma-f16.yaml, or the AMX units of
+intrinsics/x86-amx.yaml); naming the unit's compute intrinsic (``"wmma_mma_16x16x16_f16f32"``,
+``"amx_tdpbusd_16x16x64"``) selects that unit too.  The tile is checked by
+:func:`tensorsearch.schedule.units.check_unit`, the very checks the lowering makes (semantics,
+dtypes, tile shapes, tile registers); a mismatch raises :class:`TensorizeError` and leaves the
+schedule unchanged.  On success the block is annotated ``cuda_unit = <unit name>`` exactly as
+``sch.annotate(tile, "cuda_unit", name)`` does (the name is historical: CPU units use it too),
+and the CUDA generator or, for a CPU, ``tensorsearch.build`` lowers it.
 """
 
 from __future__ import annotations
@@ -124,7 +126,7 @@ def _intrin_from_json(value: Any) -> Any:
 
 
 def _resolve(hardware: Hardware | None, intrin: str | IntrinsicRef) -> Intrinsic | tuple[IntrinsicSet, Unit]:
-    """The intrinsic (or CUDA unit) ``intrin`` names, from the hardware the schedule was given."""
+    """The intrinsic (or unit) ``intrin`` names, from the hardware the schedule was given."""
     name = intrin.name if isinstance(intrin, IntrinsicRef) else intrin
     if hardware is None:
         raise InvalidArgument(
@@ -218,7 +220,7 @@ class TensorizePrimitives(ScheduleState):
 
         ``block_or_loop`` is an outer block made by ``blockize`` (or ``tile_with_intrin``), or a
         loop, which is blockized first.  ``intrin`` is an :class:`~tensorsearch.target.Intrinsic`,
-        or the name of an intrinsic or CUDA unit that the schedule's hardware offers; the trace
+        or the name of an intrinsic or unit that the schedule's hardware offers; the trace
         records the name, the set and the digest of the definition
         (``{"name": ..., "set": ..., "digest": ...}``, which is accepted here too).
         """
@@ -243,11 +245,12 @@ class TensorizePrimitives(ScheduleState):
             raise InvalidArgument(f"tensorize: expected a BlockRV or LoopRV, got {type(block_or_loop).__name__}")
         realize, loc = self._block_realize(block_rv)
         outer: Block = loc.node
-        if unit is None and isinstance(intr.impl, CudaImpl):
-            if touches_fragments(outer):  # one instruction on fragment buffers (load, fill, mma, store)
-                match_intrinsic(outer, intr, self._tensorize_error(outer, intr))
-                self.annotate(block_rv, INTRINSIC_ATTR, f"{intr.set_name}/{intr.name}")
-                return
+        if unit is None and isinstance(intr.impl, CudaImpl) and touches_fragments(outer):
+            # one CUDA instruction on fragment buffers (load, fill, mma, store)
+            match_intrinsic(outer, intr, self._tensorize_error(outer, intr))
+            self.annotate(block_rv, INTRINSIC_ATTR, f"{intr.set_name}/{intr.name}")
+            return
+        if unit is None and not isinstance(intr.impl, LLVMImpl):
             unit = unit_of_compute(intr, self.hardware)  # None: reported by _tensorized
         if unit is not None:
             iset, u = unit
@@ -256,7 +259,7 @@ class TensorizePrimitives(ScheduleState):
             except UnitError as e:
                 msg = str(e).removeprefix(f"block {outer.name} (unit {u.name}): ")
                 raise TensorizeError(
-                    f"cannot tensorize block {outer.name} with CUDA unit {u.name}: {msg}",
+                    f"cannot tensorize block {outer.name} with unit {u.name}: {msg}",
                     block=outer.name,
                     fragment=self._fragment(outer),
                 ) from None
@@ -281,7 +284,7 @@ class TensorizePrimitives(ScheduleState):
         if not isinstance(intr.impl, LLVMImpl):
             raise err(
                 f"the intrinsic is implemented for target {intr.target} and is not the compute intrinsic of a "
-                "unit; only LLVM intrinsics and CUDA units (or their compute intrinsics) can be tensorized"
+                "unit; only LLVM vector intrinsics and units (or their compute intrinsics) can be tensorized"
             )
         regions = match_intrinsic(outer, intr, err)
         # The implementation.

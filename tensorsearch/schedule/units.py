@@ -1,13 +1,14 @@
-"""Multi-instruction units (WMMA): finding a unit in a hardware's intrinsic sets and building the
-statement sequence that computes a unit tile.
+"""Multi-instruction units (CUDA's WMMA, Intel's AMX): finding a unit in a hardware's intrinsic
+sets and building the statement sequence that computes a unit tile.
 
 A block made by ``blockize`` is computed by a unit of an intrinsic set (e.g.
 ``wmma_16x16x16_f16f32`` of intrinsics/cuda-wmma-f16.yaml) when its inner block computes the
 unit's ``compute`` semantics; :func:`unit_statement` builds the sequence (fragments, init, per
 step the loads and the compute, then the store) or raises :class:`UnitError` saying why the tile
 does not fit. ``tensorize`` checks a tile with it at schedule time (:func:`check_unit`) and the
-CUDA lowering (``tensorsearch.codegen.cuda.lower_units``) expands the annotated blocks with it,
-so both make exactly the same checks.
+lowering expands the annotated blocks with it (``tensorsearch.codegen.cuda.lower_units`` into
+CUDA templates, ``tensorsearch.lower.units.lower_units`` into LLVM calls on a CPU's tile
+registers), so both make exactly the same checks.
 """
 
 from __future__ import annotations
@@ -35,10 +36,11 @@ from ..ir import (
     StringImm,
     Sub,
     Var,
+    free_vars,
     post_order_visit,
 )
 from ..target import Hardware, Intrinsic, IntrinsicSet, Unit
-from ..target.intrinsics import CudaImpl
+from ..target.intrinsics import CudaImpl, LLVMTileCall
 
 MEMORY_SCOPES = ("global", "shared", "local")
 UNIT_ATTR = "cuda_unit"
@@ -56,6 +58,9 @@ __all__ = [
     "unit_of_compute",
     "row_stride",
     "touches_fragments",
+    "UnitPlan",
+    "plan_unit",
+    "tile_config",
     "unit_statement",
 ]
 
@@ -168,11 +173,97 @@ def const_value(e: PrimExpr) -> int | None:
 class _Operand:
     buffer: Buffer
     starts: list[PrimExpr]  # per buffer dimension
-    dims: list[int]  # buffer dimension of each description dimension
-    iters: list[str]  # intrinsic iterator of each description dimension
+    shape: tuple[int, ...]  # the operand's
+    dims: list[int]  # the buffer dimension of each dimension of the operand's shape
+    step_dim: int | None  # the buffer dimension the unit's steps walk, if any
+    step: int  # elements of that dimension one step covers
 
 
-def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
+@dataclass
+class UnitPlan:
+    """What a unit tile runs, checked: the compute intrinsic's operands found in the tile's
+    buffers, ``steps`` steps along the reduction, and the member calls in order -- ``prologue``
+    (init or accumulator load), ``body`` (per step: the input loads, the compute), ``epilogue``
+    (the store). Each call is ``(intrinsic, binding)``, binding each of its operands to the compute
+    operand it holds. ``fragments``: the compute operands held in registers, in operand order."""
+
+    where: str
+    compute: Intrinsic
+    operands: dict[str, _Operand]
+    steps: int
+    step_var: Var
+    fragments: tuple[str, ...]
+    prologue: list[tuple[Intrinsic, dict[str, str]]]
+    body: list[tuple[Intrinsic, dict[str, str]]]
+    epilogue: list[tuple[Intrinsic, dict[str, str]]]
+
+    def pointer(self, name: str) -> PrimExpr:
+        """The address of compute operand ``name``'s tile at the current step."""
+        o = self.operands[name]
+        starts = list(o.starts)
+        if o.step_dim is not None and self.steps > 1:
+            starts[o.step_dim] = starts[o.step_dim] + self.step_var * o.step
+        return address_of(BufferLoad(o.buffer, tuple(starts)))
+
+    def stride(self, name: str) -> PrimExpr:
+        """Operand ``name``'s row stride as an address difference (:func:`row_stride`); 1 for one row."""
+        o = self.operands[name]
+        if len(o.dims) < 2:
+            return _c(1)
+        return row_stride(BufferLoad(o.buffer, tuple(o.starts)), o.dims[0])
+
+    def last(self, name: str) -> PrimExpr:
+        """The address of the last element operand ``name``'s tiles cover, over every step."""
+        o = self.operands[name]
+        ends = list(o.starts)
+        for d, k in enumerate(o.dims):
+            ends[k] = ends[k] + o.shape[d] * (self.steps if k == o.step_dim else 1) - 1
+        return address_of(BufferLoad(o.buffer, tuple(ends)))
+
+
+def _reduce_dims(d_idx: tuple[PrimExpr, ...], reduce_vars: set[Var]) -> set[int]:
+    """The dimensions of an operand's description access whose index involves a reduce iterator."""
+    return {d for d, e in enumerate(d_idx) if any(v in reduce_vars for v in free_vars(e))}
+
+
+def _operand_dims(
+    where: str, op: Any, buf: Buffer, exts: list[int], reducible: set[int]
+) -> tuple[list[int], int | None, int]:
+    """(buffer dimension of each operand dimension, the stepped buffer dimension, the steps) of the
+    region ``exts`` of ``buf`` holding operand ``op``: its dimensions other than 1 are the operand's
+    (aligned from the right where the operand has dimensions of 1); each covers the operand's
+    extent once, or several times along one dimension indexed by a reduce iterator (the steps)."""
+    shape = list(op.shape)
+    nonunit = [k for k, e in enumerate(exts) if e != 1]
+    dims = nonunit if len(nonunit) == len(shape) else list(range(len(exts) - len(shape), len(exts)))
+    if len(dims) != len(shape) or any(k < 0 for k in dims) or not set(nonunit) <= set(dims):
+        raise UnitError(f"{where}: operand {op.name}'s region {exts} of {buf.name} does not fit its shape {shape}")
+    step_dim, steps = None, 1
+    for d, k in enumerate(dims):
+        n, r = divmod(exts[k], shape[d])
+        if r or (n != 1 and d not in reducible):
+            raise UnitError(
+                f"{where}: operand {op.name} (shape {shape}) covers {exts[k]} elements of {buf.name} dimension {k}; "
+                "only a dimension indexed by a reduce iterator may cover a multiple of the operand's extent"
+            )
+        if n != 1:
+            if step_dim is not None:
+                raise UnitError(f"{where}: operand {op.name} steps along two dimensions of {buf.name}")
+            step_dim, steps = k, n
+    if len(shape) > 1 and dims[-1] != len(exts) - 1:
+        raise UnitError(f"{where}: operand {op.name} needs unit-stride rows but uses {buf.name} dimension {dims[-1]}")
+    full = [int(e.value) if isinstance(e, IntImm) else None for e in buf.shape]
+    inner = dims[1:]
+    if len(shape) > 2 and (inner != list(range(dims[1], len(exts))) or any(exts[k] != full[k] for k in inner[1:])):
+        raise UnitError(
+            f"{where}: a row of operand {op.name} (shape {shape}) must be dense in {buf.name}: "
+            f"dimensions {inner[1:]} must be whole and innermost"
+        )
+    return dims, step_dim, steps
+
+
+def plan_unit(outer: Block, unit: Unit, iset: IntrinsicSet) -> UnitPlan:
+    """The checked :class:`UnitPlan` of block ``outer`` computed by ``unit`` (UnitError if it does not fit)."""
     compute: Intrinsic = iset[unit.compute]
     where = f"block {outer.name} (unit {unit.name})"
     inner = _single_block(outer.body)
@@ -195,12 +286,10 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
     d_block = _single_block(compute.desc_func().body)
     if len(d_block.iter_vars) != len(compute.iterators):
         raise UnitError(f"the description of {compute.name} has {len(d_block.iter_vars)} block iterators")
-    loop_iter = {iv.var: it.name for iv, it in zip(d_block.iter_vars, compute.iterators, strict=True)}
-    extents = {it.name: it.extent for it in compute.iterators}
-    kinds = {it.name: it.kind for it in compute.iterators}
+    reduce_vars = {iv.var for iv, it in zip(d_block.iter_vars, compute.iterators, strict=True) if it.kind == "reduce"}
     regions = {r.buffer: r for r in (*outer.reads, *outer.writes)}
     operands: dict[str, _Operand] = {}
-    steps: dict[str, int] = {}
+    stepping: dict[str, int] = {}
     for d_buf, w_buf, d_idx in pairs:
         op = desc_params[d_buf]
         if op.name in operands:
@@ -217,67 +306,27 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
         exts = [const_value(r.extent) for r in region.region]
         if any(e is None for e in exts):
             raise UnitError(f"{where}: operand {op.name}'s region of {w_buf.name} has a non-constant extent")
-        dims = [k for k, e in enumerate(exts) if e != 1]
-        iters = [loop_iter.get(i, None) if isinstance(i, Var) else None for i in d_idx]
-        if None in iters or len(dims) > len(iters):
-            raise UnitError(
-                f"{where}: operand {op.name}'s region {exts} of {w_buf.name} does not fit its shape {list(op.shape)}"
-            )
-        # unit-extent intrinsic dimensions may be dropped too: align from the right
-        dims = [k for k in range(len(exts))][len(exts) - len(iters) :] if len(dims) < len(iters) else dims
-        for k, it in zip(dims, iters, strict=True):
-            n, r = divmod(exts[k], extents[it])
-            if r or (n != 1 and kinds[it] != "reduce"):
-                kind = getattr(kinds[it], "value", kinds[it])
-                raise UnitError(
-                    f"{where}: iterator {it} (extent {extents[it]}, {kind}) covers {exts[k]} elements of "
-                    f"{w_buf.name} dimension {k}; only a reduce iterator may cover a multiple"
-                )
-            if steps.setdefault(it, n) != n:
-                raise UnitError(f"{where}: iterator {it} covers different extents in different operands")
-        if dims[-1] != len(exts) - 1:
-            raise UnitError(
-                f"{where}: operand {op.name} needs unit-stride rows but uses {w_buf.name} dimension {dims[-1]}"
-            )
-        operands[op.name] = _Operand(w_buf, [r.min for r in region.region], dims, iters)
-    reduce_steps = {it: n for it, n in steps.items() if n > 1}
-    step_var = Var("unit_k", DataType("int", 32))
+        reducible = _reduce_dims(d_idx, reduce_vars)
+        dims, step_dim, n = _operand_dims(where, op, w_buf, exts, reducible)
+        step = op.shape[dims.index(step_dim)] if step_dim is not None else 0
+        operands[op.name] = _Operand(w_buf, [r.min for r in region.region], op.shape, dims, step_dim, step)
+        if reducible:
+            stepping[op.name] = n
+    if len(set(stepping.values())) > 1:
+        covered = ", ".join(f"{name} {n}" for name, n in stepping.items())
+        raise UnitError(f"{where}: the operands the reduction walks cover different numbers of steps ({covered})")
+    steps = next(iter(stepping.values()), 1)
+    fragments = tuple(o.name for o in compute.operands if o.scope not in MEMORY_SCOPES)
+    prologue, body, epilogue = _member_calls(where, outer, unit, iset, compute)
+    return UnitPlan(
+        where, compute, operands, steps, Var("unit_k", DataType("int", 32)), fragments, prologue, body, epilogue
+    )
 
-    def stride(o: _Operand) -> PrimExpr:
-        """The operand's row stride (:func:`row_stride`; 1 for a single row)."""
-        if len(o.dims) < 2:
-            return _c(1)
-        return row_stride(BufferLoad(o.buffer, tuple(o.starts)), o.dims[-2])
 
-    def pointer(o: _Operand) -> PrimExpr:
-        starts = list(o.starts)
-        for k, it in zip(o.dims, o.iters, strict=True):
-            if it in reduce_steps:
-                starts[k] = starts[k] + step_var * extents[it]
-        return address_of(BufferLoad(o.buffer, tuple(starts)))
-
-    fragments = {
-        op.name: f"{operands[op.name].buffer.name}_{op.scope.split('.')[-1]}"
-        for op in compute.operands
-        if op.scope not in MEMORY_SCOPES
-    }
-    stmts: list[Stmt] = []
-    impl = compute.impl
-    assert isinstance(impl, CudaImpl)
-    for name, var in fragments.items():
-        stmts.append(_verbatim(impl.declare(name, var)))
-
-    def call(intr: Intrinsic, binding: dict[str, str]) -> Stmt:
-        """``intr``'s template; binding maps its operands to compute operands."""
-        args: list[PrimExpr] = [StringImm(f"{intr.set_name}/{intr.name}")]
-        for op in intr.operands:
-            src = binding[op.name]
-            if op.scope in MEMORY_SCOPES:
-                o = operands[src]
-                args += [StringImm(op.name), pointer(o), StringImm(op.name + ".stride"), stride(o)]
-            else:
-                args += [StringImm(op.name), StringImm(fragments[src])]
-        return Evaluate(Call(DataType("int", 32), "cuda.template", tuple(args)))
+def _member_calls(
+    where: str, outer: Block, unit: Unit, iset: IntrinsicSet, compute: Intrinsic
+) -> tuple[list, list, list]:
+    """The unit's member calls: (prologue, body per step, epilogue) as in :class:`UnitPlan`."""
 
     def fragment_operand(intr: Intrinsic) -> str:
         frag = [o.name for o in intr.operands if o.scope not in MEMORY_SCOPES]
@@ -290,33 +339,119 @@ def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
     if len(acc) != 1:
         raise UnitError(f"{where}: the compute intrinsic {compute.name} needs exactly one accumulator operand")
     (acc_name,) = acc
+    prologue: list[tuple[Intrinsic, dict[str, str]]] = []
     if outer.init is not None:
         if unit.init is None:
             raise UnitError(f"{where}: the block has an init but unit {unit.name} has no init intrinsic")
         init = iset[unit.init]
-        stmts.append(call(init, {fragment_operand(init): acc_name}))
+        prologue.append((init, {fragment_operand(init): acc_name}))
     elif acc_name in loads:
-        pass
+        ld = iset[loads[acc_name]]
+        prologue.append((ld, {o.name: acc_name for o in ld.operands}))
     else:
         raise UnitError(f"{where}: the block has no init and unit {unit.name} cannot load accumulator {acc_name}")
-    body: list[Stmt] = []
-    for name, intr_name in loads.items():
-        ld = iset[intr_name]
-        binding = {o.name: name for o in ld.operands}
-        (body if name != acc_name else stmts).append(call(ld, binding))
-    body.append(call(compute, {o.name: o.name for o in compute.operands}))
-    if len(reduce_steps) > 1:
-        raise UnitError(f"{where}: only one reduce iterator may cover a multiple of its extent")
-    if reduce_steps:
-        (n,) = reduce_steps.values()
-        stmts.append(For(step_var, _c(0), _c(n), ForKind.SERIAL, SeqStmt(tuple(body))))
-    else:
-        stmts.extend(body)
+    body = [(iset[n], {o.name: name for o in iset[n].operands}) for name, n in loads.items() if name != acc_name]
+    body.append((compute, {o.name: o.name for o in compute.operands}))
     if unit.store is None:
         raise UnitError(f"{where}: unit {unit.name} has no store intrinsic")
     st = iset[unit.store]
-    stmts.append(call(st, {o.name: acc_name for o in st.operands}))
-    return SeqStmt(tuple(stmts))
+    return prologue, body, [(st, {o.name: acc_name for o in st.operands})]
+
+
+def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
+    """The statements that compute block ``outer`` with ``unit``: CUDA templates for a CUDA set,
+    LLVM tile calls for a CPU set with tile registers (UnitError when the tile does not fit)."""
+    plan = plan_unit(outer, unit, iset)
+    if iset.target == "cuda":
+        return _cuda_statement(plan)
+    return _tile_statement(plan, iset)
+
+
+def _stepped(plan: UnitPlan, head: list[Stmt], body: list[Stmt], tail: list[Stmt]) -> Stmt:
+    if plan.steps > 1:
+        loop = For(plan.step_var, _c(0), _c(plan.steps), ForKind.SERIAL, SeqStmt(tuple(body)))
+        return SeqStmt((*head, loop, *tail))
+    return SeqStmt((*head, *body, *tail))
+
+
+def _cuda_statement(plan: UnitPlan) -> Stmt:
+    """CUDA: the fragment declarations, then each member's template (``cuda.template`` calls)."""
+    fragments = {
+        name: f"{plan.operands[name].buffer.name}_{plan.compute.operand(name).scope.split('.')[-1]}"
+        for name in plan.fragments
+    }
+    impl = plan.compute.impl
+    assert isinstance(impl, CudaImpl)
+    decls = [_verbatim(impl.declare(name, var)) for name, var in fragments.items()]
+
+    def call(intr: Intrinsic, binding: dict[str, str]) -> Stmt:
+        args: list[PrimExpr] = [StringImm(f"{intr.set_name}/{intr.name}")]
+        for op in intr.operands:
+            src = binding[op.name]
+            if op.scope in MEMORY_SCOPES:
+                args += [StringImm(op.name), plan.pointer(src), StringImm(op.name + ".stride"), plan.stride(src)]
+            else:
+                args += [StringImm(op.name), StringImm(fragments[src])]
+        return Evaluate(Call(DataType("int", 32), "cuda.template", tuple(args)))
+
+    head = decls + [call(i, b) for i, b in plan.prologue]
+    return _stepped(plan, head, [call(i, b) for i, b in plan.body], [call(i, b) for i, b in plan.epilogue])
+
+
+def _tile_statement(plan: UnitPlan, iset: IntrinsicSet) -> Stmt:
+    """CPU tile registers: touch each memory operand's last element (so buffer compaction keeps
+    the whole region), load the tile configuration, then each member's LLVM call."""
+    tiles = iset.tiles
+    if tiles is None:
+        raise UnitError(f"{plan.where}: intrinsic set {iset.name} declares no tile registers (llvm.tiles)")
+    if len(plan.fragments) > tiles.count:
+        raise UnitError(
+            f"{plan.where}: the unit holds {len(plan.fragments)} tiles ({', '.join(plan.fragments)}), "
+            f"more than the {tiles.count} tile registers of {iset.name}"
+        )
+    number = {name: k for k, name in enumerate(plan.fragments)}
+    handle = DataType("handle", 64)
+
+    def call(intr: Intrinsic, binding: dict[str, str]) -> Stmt:
+        impl = intr.impl
+        assert isinstance(impl, LLVMTileCall)
+        args: list[PrimExpr] = []
+        for kind, name in impl.args:
+            src = binding[name]
+            if kind == "tile":
+                args.append(IntImm(DataType("int", 8), number[src]))
+            elif kind == "pointer":
+                args.append(plan.pointer(src))
+            else:
+                args.append(Call(DataType("int", 64), "address_diff", _diff_args(plan.stride(src))))
+        return Evaluate(Call(handle, impl.intrinsic, tuple(args)))
+
+    memory = [name for name in plan.operands if name not in number]
+    touch = [Evaluate(plan.last(name)) for name in memory]
+    config = tile_config(tiles.palette, [plan.compute.operand(name) for name in plan.fragments])
+    configure = Evaluate(Call(handle, tiles.configure, (Call(handle, "const_bytes", config),)))
+    head = [*touch, configure] + [call(i, b) for i, b in plan.prologue]
+    return _stepped(plan, head, [call(i, b) for i, b in plan.body], [call(i, b) for i, b in plan.epilogue])
+
+
+def _diff_args(stride: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
+    """``row_stride``'s two addresses (its ``Sub``), for the byte distance an LLVM call takes."""
+    assert isinstance(stride, Sub), stride
+    return stride.a, stride.b
+
+
+def tile_config(palette: int, tiles: list[Any]) -> tuple[IntImm, ...]:
+    """The 64 bytes ``ldtilecfg`` loads (the x86 tile configuration, the one CPU format there is):
+    byte 0 the palette, bytes 16-47 each tile register's bytes per row (16 bits), bytes 48-63 its
+    rows; register ``k`` holds operand ``tiles[k]`` (its first dimension the rows)."""
+    cfg = [0] * 64
+    cfg[0] = palette
+    for k, op in enumerate(tiles):
+        rows = op.shape[0] if len(op.shape) > 1 else 1
+        colsb = op.numel // rows * op.dtype.bytes
+        cfg[16 + 2 * k], cfg[17 + 2 * k] = colsb & 0xFF, colsb >> 8
+        cfg[48 + k] = rows
+    return tuple(IntImm(DataType("uint", 8), b) for b in cfg)
 
 
 def address_of(load: BufferLoad) -> PrimExpr:

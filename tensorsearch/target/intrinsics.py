@@ -62,8 +62,10 @@ __all__ = [
     "Iterator",
     "LLVMArg",
     "LLVMImpl",
+    "LLVMTileCall",
     "Operand",
     "Requirements",
+    "TileRegisters",
     "Unit",
     "available",
     "cuda_unverified_reason",
@@ -252,6 +254,45 @@ class CudaImpl:
 
 
 @dataclass(frozen=True)
+class LLVMTileCall:
+    """A call of an LLVM intrinsic on tile registers and memory: one instruction of a CPU unit
+    (AMX's ``tileloadd``, ``tdpbusd``, ``tilestored``). ``args`` are ``(kind, operand)`` in call
+    order: ``tile`` is the number of the tile register holding a register-scope operand (an
+    ``i8`` immediate), ``pointer`` the address of a memory operand's first element, ``stride`` its
+    row stride in bytes (``i64``). The call returns nothing: the instruction writes its tile or
+    memory itself."""
+
+    intrinsic: str
+    args: tuple[tuple[str, str], ...]
+    kind: str = "llvm_tile"
+
+    @property
+    def signature(self) -> tuple[str, tuple[str, ...]]:
+        """(result, argument types) as LLVM type text: ``void (i8, ptr, i64)``."""
+        return "void", tuple(_TILE_ARG_TYPES[kind] for kind, _ in self.args)
+
+
+_TILE_ARG_TYPES = {"tile": "i8", "pointer": "ptr", "stride": "i64"}
+
+
+@dataclass(frozen=True)
+class TileRegisters:
+    """A CPU's tile registers (``llvm.tiles`` of an intrinsic set): operands in ``scope`` live in
+    one of ``count`` registers of at most ``rows`` rows of ``bytes_per_row`` bytes. Before its
+    first tile instruction a kernel loads a configuration with ``configure`` (the register shapes,
+    palette ``palette``); on Linux a process must first be granted the XSAVE feature ``xfeature``
+    (``arch_prctl(ARCH_REQ_XCOMP_PERM, xfeature)``; 0: nothing to ask)."""
+
+    scope: str
+    count: int
+    rows: int
+    bytes_per_row: int
+    configure: str
+    palette: int
+    xfeature: int = 0
+
+
+@dataclass(frozen=True)
 class Requirements:
     """What a hardware descriptor needs to offer a set: a kind, arches, features, a compute capability."""
 
@@ -311,10 +352,11 @@ class Intrinsic:
     operands: tuple[Operand, ...]
     iterators: tuple[Iterator, ...]
     semantics: str
-    impl: LLVMImpl | CudaImpl
+    impl: LLVMImpl | LLVMTileCall | CudaImpl
     requires: Requirements
     set_name: str
     role: str = "compute"
+    tile_scope: str = ""  # the set's tile-register scope (llvm.tiles.scope), if it has one
     units: tuple[str, ...] = ()
     description: str = ""
     source: str | None = field(default=None, compare=False)
@@ -387,7 +429,7 @@ class Intrinsic:
         if reason is not None:
             return f"{self.name}: {reason}"
         for o in self.operands:
-            if o.scope not in hw.memory_scopes:
+            if o.scope not in hw.memory_scopes and o.scope != self.tile_scope:
                 return f"{self.name}: operand {o.name} is in scope {o.scope}, which {hw.name} does not have"
         return None
 
@@ -407,6 +449,7 @@ class IntrinsicSet:
     units: tuple[Unit, ...] = ()
     description: str = ""
     source: str | None = field(default=None, compare=False)
+    tiles: TileRegisters | None = None
 
     def __getitem__(self, name: str) -> Intrinsic:
         for i in self.intrinsics:
@@ -642,6 +685,35 @@ _CUDA_SET_FIELDS: dict[str, tuple[_Parser, bool]] = {
     "fragments": (_list_of(_mapping(_FRAGMENT_FIELDS, "a fragment mapping"), "a list of fragments", False), False),
 }
 
+
+def _non_negative_int(value: Any, ctx: Ctx) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ctx.fail("a non-negative integer", value)
+    return value
+
+
+_LLVM_NAME = _regex(_LLVM_NAME_RE, "an LLVM intrinsic name such as llvm.x86.ldtilecfg")
+_TILES_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "scope": (_scope, True),
+    "count": (_pos_int("a positive number of tile registers"), True),
+    "rows": (_pos_int("a positive number of rows"), True),
+    "bytes_per_row": (_pos_int("a positive number of bytes"), True),
+    "configure": (_LLVM_NAME, True),
+    "palette": (_non_negative_int, True),
+    "xfeature": (_non_negative_int, False),
+}
+_LLVM_SET_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "tiles": (
+        _mapping(_TILES_FIELDS, "a mapping with scope, count, rows, bytes_per_row, configure and palette"),
+        False,
+    ),
+}
+_LLVM_TILE_FIELDS: dict[str, tuple[_Parser, bool]] = {
+    "intrinsic": (_LLVM_NAME, True),
+    "args": (_raw, True),
+}
+_TILE_ARG_KINDS = tuple(_TILE_ARG_TYPES)
+
 _LLVM_ARG_FIELDS: dict[str, tuple[_Parser, bool]] = {
     "operand": (_raw, False),
     "load": (_vector_dtype, False),
@@ -690,6 +762,8 @@ def _set_fields(target: str) -> dict[str, tuple[_Parser, bool]]:
     }
     if target == "cuda":
         fields["cuda"] = (_mapping(_CUDA_SET_FIELDS, "a mapping with includes and fragments"), False)
+    else:
+        fields["llvm"] = (_mapping(_LLVM_SET_FIELDS, "a mapping with tiles"), False)
     fields["intrinsics"] = (_raw, True)
     fields["units"] = (_raw, False)
     return fields
@@ -704,6 +778,66 @@ def _operand_ref(value: Any, ctx: Ctx, operands: dict[str, Operand]) -> Operand:
         known = ", ".join(operands)
         raise ctx.message(f"unknown operand {value!r}; expected one of the intrinsic's operands: {known}", value)
     return operands[value]
+
+
+def _is_tile_call(value: Any) -> bool:
+    """Whether an ``llvm`` implementation is written as a tile call (its arguments name ``tile``,
+    ``pointer`` or ``stride``) rather than as a call on loaded vectors."""
+    args = value.get("args") if isinstance(value, dict) else None
+    return isinstance(args, list) and any(isinstance(a, dict) and set(a) & set(_TILE_ARG_KINDS) for a in args)
+
+
+def _llvm_tile_call(value: Any, ctx: Ctx, operands: dict[str, Operand], tiles: TileRegisters | None) -> LLVMTileCall:
+    f = parse_mapping(value, ctx, _LLVM_TILE_FIELDS, "a tile call mapping (intrinsic, args)")
+    args_ctx = ctx.child("args")
+    if tiles is None:
+        raise args_ctx.message(
+            "tile and pointer arguments need the set's tile registers; declare them under llvm: {tiles: ...}",
+            f["args"],
+        )
+    args: list[tuple[str, str]] = []
+    for i, a in enumerate(f["args"]):
+        sub = args_ctx.child(f"[{i}]")
+        if not isinstance(a, dict) or len(a) != 1 or next(iter(a)) not in _TILE_ARG_KINDS:
+            raise sub.fail("one of {tile: OPERAND}, {pointer: OPERAND}, {stride: OPERAND}", a)
+        ((kind, name),) = a.items()
+        op = _operand_ref(name, sub.child(kind), operands)
+        _check_tile_arg(kind, op, tiles, sub.child(kind))
+        args.append((kind, op.name))
+    passed = {n for k, n in args if k != "stride"}
+    for o in operands.values():
+        if o.name not in passed:
+            raise args_ctx.message(
+                f"operand {o.name} is never passed to {f['intrinsic']} as a tile or a pointer", [n for _, n in args]
+            )
+    return LLVMTileCall(f["intrinsic"], tuple(args))
+
+
+def _check_tile_arg(kind: str, op: Operand, tiles: TileRegisters, ctx: Ctx) -> None:
+    """A ``tile`` argument is an operand in the tile scope that fits one register; a ``pointer``
+    or ``stride`` argument an operand in memory (a stride needs rows)."""
+    if kind == "tile":
+        if op.scope != tiles.scope:
+            raise ctx.message(
+                f"operand {op.name} is in scope {op.scope}, not in the tile registers' scope {tiles.scope}", op.name
+            )
+        rows = op.shape[0] if len(op.shape) > 1 else 1
+        row_bytes = op.numel // rows * op.dtype.bytes
+        if rows > tiles.rows or row_bytes > tiles.bytes_per_row:
+            raise ctx.message(
+                f"operand {op.name} ({list(op.shape)} {op.dtype}) is {rows} rows of {row_bytes} bytes; a tile register "
+                f"holds at most {tiles.rows} rows of {tiles.bytes_per_row} bytes",
+                op.name,
+            )
+        return
+    if op.scope not in MEMORY_SCOPES:
+        raise ctx.message(
+            f"operand {op.name} is in scope {op.scope}; a {kind} argument needs an operand in memory", op.name
+        )
+    if kind == "stride" and op.layout == "any":
+        raise ctx.message(
+            f"operand {op.name} declares no rows (row_stride or contiguous), so it has no stride", op.name
+        )
 
 
 def _llvm_impl(value: Any, ctx: Ctx, operands: dict[str, Operand], written: Operand) -> LLVMImpl:
@@ -822,6 +956,24 @@ def _check_llvm_calls(impls: list[tuple[Ctx, LLVMImpl | CudaImpl]]) -> None:
     for (ctx, impl), answer in zip(llvm_impls, check_calls(calls), strict=True):
         if answer.kind != "ok":
             raise _llvm_mismatch(ctx, impl, answer)
+    tile_calls = [(ctx, (impl.intrinsic, *impl.signature)) for ctx, impl in impls if isinstance(impl, LLVMTileCall)]
+    for (ctx, call), answer in zip(tile_calls, check_calls([c for _, c in tile_calls]), strict=True):
+        if answer.kind != "ok":
+            raise _tile_call_mismatch(ctx, call, answer)
+
+
+def _tile_call_mismatch(ctx: Ctx, call: tuple[str, str, tuple[str, ...]], answer: Answer) -> IntrinsicError:
+    """One sentence: LLVM does not declare the tile call ``call`` (or the configure call) so."""
+    name, ret, args = call
+    version = llvm_version()
+    if answer.kind == "unknown":
+        return ctx.child("intrinsic").message(f"{version} has no intrinsic {name}", name)
+    said = (
+        f"it declares {answer.declared[1]} ({', '.join(answer.declared[2])})"
+        if answer.declared is not None
+        else answer.message
+    )
+    return ctx.child("args").message(f"{version} does not take {name} as {ret} ({', '.join(args)}): {said}", list(args))
 
 
 def _llvm_call(impl: LLVMImpl) -> tuple[str, str, tuple[str, ...]]:
@@ -941,7 +1093,14 @@ def _cuda_impl(
 
 
 def _intrinsic(
-    value: Any, ctx: Ctx, target: str, requires: Requirements, set_name: str, source: str, cuda: dict
+    value: Any,
+    ctx: Ctx,
+    target: str,
+    requires: Requirements,
+    set_name: str,
+    source: str,
+    cuda: dict,
+    tiles: TileRegisters | None = None,
 ) -> Intrinsic:
     f = parse_mapping(value, ctx, _intrinsic_fields(target), f"an intrinsic mapping (target {target})")
     operands: dict[str, Operand] = {}
@@ -962,8 +1121,10 @@ def _intrinsic(
             [o.name for o in written],
         )
     ir = build_semantics(f["semantics"], f["operands"], f["iterators"], f["name"], ctx.child("semantics"))
-    if target == "llvm":
-        impl: LLVMImpl | CudaImpl = _llvm_impl(f["llvm"], ctx.child("llvm"), operands, written[0])
+    if target == "llvm" and _is_tile_call(f["llvm"]):
+        impl: LLVMImpl | LLVMTileCall | CudaImpl = _llvm_tile_call(f["llvm"], ctx.child("llvm"), operands, tiles)
+    elif target == "llvm":
+        impl = _llvm_impl(f["llvm"], ctx.child("llvm"), operands, written[0])
     else:
         impl = _cuda_impl(f["cuda"], ctx.child("cuda"), operands, cuda["includes"], cuda["fragments"])
     return Intrinsic(
@@ -978,7 +1139,25 @@ def _intrinsic(
         description=f.get("description", ""),
         source=source,
         ir=ir,
+        tile_scope=tiles.scope if tiles is not None else "",
     )
+
+
+def _tiles(value: dict[str, Any] | None, ctx: Ctx) -> TileRegisters | None:
+    """The set's ``llvm.tiles``, its configure call checked against LLVM's declaration."""
+    if value is None:
+        return None
+    tiles = TileRegisters(**value)
+    if tiles.scope in MEMORY_SCOPES:
+        raise ctx.child("scope").fail("a register scope of its own (not global, shared or local)", tiles.scope)
+    (answer,) = check_calls([(tiles.configure, "void", ("ptr",))])
+    if answer.kind != "ok":
+        said = "it has no such intrinsic" if answer.kind == "unknown" else answer.message or str(answer.declared)
+        raise ctx.child("configure").message(
+            f"{llvm_version()} does not take {tiles.configure} as void (ptr), a configuration's address: {said}",
+            tiles.configure,
+        )
+    return tiles
 
 
 def _unit(value: Any, ctx: Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
@@ -1016,10 +1195,11 @@ def _unit(value: Any, ctx: Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
             )
         for opname, iname in f["load"].items():
             sub = lctx.child(str(opname))
-            if opname not in [o.name for o in compute.inputs]:
+            loadable = [o.name for o in compute.inputs] + ([acc.name] if acc.role == "accumulator" else [])
+            if opname not in loadable:
                 raise sub.message(
-                    f"{opname!r} is not an input operand of {compute.name}; its inputs are "
-                    f"{', '.join(o.name for o in compute.inputs)}",
+                    f"{opname!r} is not an input or accumulator operand of {compute.name}; those are "
+                    f"{', '.join(loadable)}",
                     opname,
                 )
             intr = ref(iname, sub)
@@ -1063,12 +1243,13 @@ def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
             if key in cuda["fragments"]:
                 raise ctx.child(f"cuda.fragments[{i}]").fail("each (scope, dtype) once", f"{key[0]} {key[1]}")
             cuda["fragments"][key] = frag["declare"]
+    tiles = _tiles(f.get("llvm", {}).get("tiles"), ctx.child("llvm.tiles")) if target == "llvm" else None
     ictx = ctx.child("intrinsics")
     if not isinstance(f["intrinsics"], list) or not f["intrinsics"]:
         raise ictx.fail("a non-empty list of intrinsics", f["intrinsics"])
     intrinsics: dict[str, Intrinsic] = {}
     for i, v in enumerate(f["intrinsics"]):
-        intr = _intrinsic(v, ictx.child(f"[{i}]"), target, requires, f["name"], source, cuda)
+        intr = _intrinsic(v, ictx.child(f"[{i}]"), target, requires, f["name"], source, cuda, tiles)
         if intr.name in intrinsics:
             raise ictx.child(f"[{i}].name").fail("each intrinsic name once in a set", intr.name)
         intrinsics[intr.name] = intr
@@ -1106,7 +1287,7 @@ def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
     for intr in final:
         if isinstance(intr.impl, LLVMImpl):
             _LOADED[intr.impl.intrinsic][(str(source), intr.name)] = intr
-    return IntrinsicSet(f["name"], target, requires, final, tuple(units), f.get("description", ""), source)
+    return IntrinsicSet(f["name"], target, requires, final, tuple(units), f.get("description", ""), source, tiles)
 
 
 # LLVM intrinsic name -> (file, intrinsic name) -> the last definition loaded in this process
@@ -1213,7 +1394,7 @@ def resolve_sets(hw: Hardware, names: tuple[str, ...], ctx: Ctx) -> tuple[Intrin
             raise sub.message(f"intrinsic set {iset.name} cannot be offered by {hw.name}: {reason}", name)
         for intr in iset.intrinsics:
             for o in intr.operands:
-                if o.scope not in hw.memory_scopes:
+                if o.scope not in hw.memory_scopes and o.scope != intr.tile_scope:
                     raise sub.message(
                         f"intrinsic {intr.name} of set {iset.name} has operand {o.name} in scope {o.scope}, "
                         f"which {hw.name} does not have (its scopes: {', '.join(hw.memory_scopes)})",

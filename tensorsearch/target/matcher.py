@@ -47,6 +47,7 @@ from ..ir import (
     Cast,
     FloatImm,
     FloorDiv,
+    FloorMod,
     IntImm,
     IterType,
     IterVar,
@@ -720,8 +721,6 @@ def _plan(
     label: str,
 ) -> Mapping | Rejection:
     mapped = {w: m for m in iters for w in m.workload_iters}
-    desc = "; ".join(f"{m.intrin_iter} <- {'*'.join(m.workload_iters)}" for m in iters)
-    clabel = f"{label}; {desc}"
     var_of = {iv.var.name: iv.var for iv in blk.iter_vars}
     order = [iv.var.name for iv in blk.iter_vars]
     padded = {w for m in iters for w in m.workload_iters if m.padding}
@@ -731,15 +730,14 @@ def _plan(
         load = bind[o.name]
         # the intrinsic's indices of this operand
         pload = _intrin_load(sem, o)
-        pits = []
-        for e in pload.indices:
-            if not isinstance(e, Var) or not e.name.startswith("v_"):
-                return Rejection(
-                    clabel, f"intrinsic operand {o.name} is indexed by {e}, not by one iterator per dimension"
-                )
-            pits.append(e.name[2:])
         by_iter = {m.intrin_iter: m for m in iters}
-        plan = _operand_plan(blk, o, load, [by_iter[t] for t in pits], mapped, padded, var_of, order, extents)
+        layout = "strided_rows" if o.scope == intrin.tile_scope else o.layout  # a unit loads it by rows
+        if all(isinstance(e, Var) and e.name.startswith("v_") for e in pload.indices):
+            pits = [e.name[2:] for e in pload.indices]
+            dims = [by_iter[t] for t in pits]
+            plan = _operand_plan(blk, o, load, dims, mapped, padded, var_of, order, extents, layout)
+        else:  # a packed layout such as AMX's B[k // 4, j, k % 4]
+            plan = _packed_plan(blk, o, load, pload.indices, by_iter, var_of, order, extents, layout)
         plans.append(plan)
     notes = []
     if any(m.fused for m in iters):
@@ -770,6 +768,93 @@ def _intrin_load(sem: Any, o: Operand) -> BufferLoad:
     return found[0]
 
 
+def _packed_plan(
+    blk: Block,
+    o: Operand,
+    load: BufferLoad,
+    indices: tuple[PrimExpr, ...],  # the intrinsic's index of each dimension of the operand
+    by_iter: dict[str, IterMapping],
+    var_of: dict[str, Var],
+    order: list[str],
+    extents: dict[str, int],
+    layout: str,
+) -> OperandPlan:
+    """An operand the intrinsic reads in a packed layout (an index is not one iterator, as AMX's
+    ``B[k // 4, j, k % 4]``) is always staged: reindexed, then laid out as the tiles' indices along
+    the spatial iterators, followed by the intrinsic's own indices, with each spatial iterator its
+    position in the tile and each reduce iterator whole (a unit walks it in steps). For a GEMM's
+    ``Y[k, j]`` and AMX's B that is ``(j // 16, k // 4, j % 16, k % 4)``: each 16-column panel's
+    tiles follow each other, 64 bytes a row."""
+    buf = load.buffer
+    used = [n for n in order if any(v is var_of[n] for idx in load.indices for v in free_vars(idx))]
+    names = list(dict.fromkeys(v.name[2:] for e in indices for v in free_vars(e)))
+    dims = [by_iter[n] for n in names]
+    spatial = [m for m in dims if m.kind == "spatial"]
+
+    def par(m: IterMapping) -> str:
+        e = fused_index(m.workload_iters, extents)
+        return f"({e})" if m.fused else e
+
+    texts = {f"v_{m.intrin_iter}": f"{par(m)} % {m.intrin_extent}" for m in spatial}
+    texts.update({f"v_{m.intrin_iter}": par(m) for m in dims if m.kind != "spatial"})
+    bounds = {f"v_{m.intrin_iter}": m.intrin_extent if m.kind == "spatial" else m.padded_extent for m in dims}
+    fused_away = {w for m in dims for w in m.workload_iters}
+    rest = [n for n in used if n not in fused_away]
+    new = rest + [f"{par(m)} // {m.intrin_extent}" for m in spatial] + [_index_text(e, texts) for e in indices]
+    pshape = (
+        [extents[n] for n in rest]
+        + [m.padded_extent // m.intrin_extent for m in spatial]
+        + [_index_extent(e, bounds) for e in indices]
+    )
+    imap = f"lambda {', '.join(used)}: ({', '.join(new)}{',' if len(new) == 1 else ''})"
+    packed = ", ".join(_index_text(e, {k: k[2:] for k in texts}) for e in indices)
+    return OperandPlan(
+        operand=o.name,
+        buffer=buf.name,
+        access=_access_of(blk, buf, o.is_written),
+        indices=_text(load),
+        layout=layout,
+        in_place=False,
+        why=f"the intrinsic reads {o.name} packed as {o.name}[{packed}]",
+        index_map=imap,
+        packed_shape=tuple(pshape),
+        reindex_dims=tuple(used),
+        scope=o.scope,
+        copied=_prod(pshape),
+    )
+
+
+def _index_text(e: PrimExpr, names: dict[str, str]) -> str:
+    """An intrinsic index as lambda text, its iterators ``v_<name>`` written as ``names`` gives."""
+    if isinstance(e, Var):
+        return names[e.name]
+    if isinstance(e, IntImm):
+        return str(e.value)
+    ops = {FloorDiv: "//", FloorMod: "%", Add: "+", Sub: "-", Mul: "*"}
+    a, b = (_index_text(x, names) for x in (e.a, e.b))
+    wrap = (lambda t: t) if isinstance(e, Add | Sub) else (lambda t: t if t.isidentifier() or t.isdigit() else f"({t})")
+    return f"{wrap(a)} {ops[type(e)]} {wrap(b)}"
+
+
+def _index_extent(e: PrimExpr, bounds: dict[str, int]) -> int:
+    """How many values an intrinsic index takes with each iterator ``v`` over ``[0, bounds[v])``."""
+
+    def hi(x: PrimExpr) -> int:
+        if isinstance(x, Var):
+            return bounds[x.name] - 1
+        if isinstance(x, IntImm):
+            return x.value
+        if isinstance(x, FloorDiv):
+            return hi(x.a) // x.b.value
+        if isinstance(x, FloorMod):
+            return min(hi(x.a), x.b.value - 1)
+        if isinstance(x, Mul):
+            return hi(x.a) * hi(x.b)
+        return hi(x.a) + hi(x.b) if isinstance(x, Add) else hi(x.a)
+
+    return hi(e) + 1
+
+
 def _operand_plan(
     blk: Block,
     o: Operand,
@@ -780,13 +865,14 @@ def _operand_plan(
     var_of: dict[str, Var],
     order: list[str],
     extents: dict[str, int],
+    layout: str,
 ) -> OperandPlan:
     buf = load.buffer
     access = _access_of(blk, buf, o.is_written)
     text = _text(load)
     used = [n for n in order if any(v is var_of[n] for idx in load.indices for v in free_vars(idx))]
     shape = [_int(s) for s in buf.shape]
-    base = dict(operand=o.name, buffer=buf.name, access=access, indices=text, layout=o.layout, scope=o.scope)
+    base = dict(operand=o.name, buffer=buf.name, access=access, indices=text, layout=layout, scope=o.scope)
 
     def transform(why: str) -> OperandPlan:
         ext = {n: extents[n] for n in used}
@@ -801,7 +887,7 @@ def _operand_plan(
             return f"({e})" if m.fused else e
 
         tile = [expr(m) for m in dims]
-        if o.layout == "contiguous":
+        if layout == "contiguous":
             # panels: every tile dimension split into (tile index, position in the tile), the tile
             # indices first in the intrinsic's dimension order, so a tile is one contiguous block
             # and the tiles along the last (reduction) dimension follow each other in memory (the
@@ -829,7 +915,7 @@ def _operand_plan(
             copied=_prod(pshape),
         )
 
-    if o.layout == "any":
+    if layout == "any":
         return OperandPlan(**base, in_place=True, why="the intrinsic puts no layout constraint on it")
     if any(m.fused for m in dims):
         return transform("its tile spans fused workload iterators")
@@ -867,7 +953,7 @@ def _operand_plan(
     copied = _prod(eff) if pad_dims else 0  # pad_einsum's padded copy
     r, ndim = len(dims), len(eff)
     strides = _strides(eff)
-    if o.layout == "contiguous":
+    if layout == "contiguous":
         want = list(range(ndim - r, ndim))
         if pos != want:
             rows = ", ".join(f"{m.intrin_iter}->{buf.name} dim {p}" for m, p in zip(dims, pos, strict=True))

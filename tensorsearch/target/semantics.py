@@ -8,6 +8,7 @@ script parser. Grammar::
     value     := OPERAND[index, ...] | number | value (+ | - | *) value | -value | (value)
                | cast(DTYPE, value) | DTYPE(value) | min(value, value) | max(value, value)
     index     := ITERATOR | integer | index (+ | -) index | integer * index | index * integer
+               | index // integer | index % integer    # a packed layout: B[k // 4, j, k % 4]
 
 A bare number takes the type of the other operand (or of OUT when the whole value is a number);
 operands of ``+ - *`` must have the same type (write the casts). Every mistake raises the caller's
@@ -122,7 +123,23 @@ class _Builder:
                 raise self.err(n, f"index {self.src(n)!r} is not affine: one side of '*' must be an integer")
             products = (alo * blo, alo * bhi, ahi * blo, ahi * bhi)
             return a * b, min(products), max(products), ac and bc
+        if isinstance(n, ast.BinOp) and isinstance(n.op, ast.FloorDiv | ast.Mod):
+            return self.packed_index(n)
         raise self.err(n, f"unsupported index {self.src(n)!r}; an index is an affine form of iterators")
+
+    def packed_index(self, n: ast.BinOp) -> tuple[PrimExpr, int, int, bool]:
+        """``index // c`` or ``index % c`` (a positive integer ``c``, an index that is never
+        negative): how a packed layout such as AMX's B tile ``B[k // 4, j, k % 4]`` is indexed."""
+        sym = "//" if isinstance(n.op, ast.FloorDiv) else "%"
+        a, lo, hi, ac = self.index(n.left)
+        if not (isinstance(n.right, ast.Constant) and type(n.right.value) is int and n.right.value > 0):
+            raise self.err(n, f"index {self.src(n)!r}: the right side of '{sym}' must be a positive integer")
+        if lo < 0:
+            raise self.err(n, f"index {self.src(n)!r}: the left side of '{sym}' may be negative")
+        c = n.right.value
+        if sym == "//":
+            return a // c, lo // c, hi // c, ac
+        return a % c, (lo if hi < c else 0), (hi if hi < c else c - 1), ac
 
     def access(self, n: ast.Subscript) -> tuple[str, Buffer, tuple[PrimExpr, ...]]:
         if not isinstance(n.value, ast.Name):
