@@ -170,20 +170,67 @@ def _peak_ir(accs: int, op: str = "vpdpbusd", lanes: int = 16) -> str:
     return "\n".join(lines)
 
 
+AMX_TILES = ((0, 4, 6), (1, 4, 7), (2, 5, 6), (3, 5, 7))  # (C, A, B) tile registers of each tdpbusd
+OPS_PER_TDPBUSD = 16 * 16 * 64 * 2
+
+
+def _amx_peak_ir() -> str:
+    """LLVM IR of ``peak(n, seed)`` for AMX: the eight tile registers configured as 16 rows of 64
+    bytes and zeroed, then ``n`` times four ``tdpbusd`` into four accumulator tiles from two A and
+    two B tiles (the 2 x 2 blocking that uses every register), no memory access in the loop."""
+    cfg = [0] * 64
+    cfg[0] = 1  # palette
+    for t in range(8):
+        cfg[16 + 2 * t], cfg[48 + t] = 64, 16  # bytes per row (low byte), rows
+    data = "".join(f"\\{b:02X}" for b in cfg)
+    lines = [
+        "declare void @llvm.x86.ldtilecfg(ptr)",
+        "declare void @llvm.x86.tilezero(i8)",
+        "declare void @llvm.x86.tdpbusd(i8, i8, i8)",
+        "declare void @llvm.x86.tilerelease()",
+        f'@cfg = private constant [64 x i8] c"{data}", align 64',
+        "define i32 @peak(i64 %n, i32 %seed) {",
+        "entry:",
+        "  call void @llvm.x86.ldtilecfg(ptr @cfg)",
+        *(f"  call void @llvm.x86.tilezero(i8 {t})" for t in range(8)),
+        "  br label %loop",
+        "loop:",
+        "  %i = phi i64 [0, %entry], [%i1, %loop]",
+        *(f"  call void @llvm.x86.tdpbusd(i8 {c}, i8 {a}, i8 {b})" for c, a, b in AMX_TILES),
+        "  %i1 = add i64 %i, 1",
+        "  %c = icmp ult i64 %i1, %n",
+        "  br i1 %c, label %loop, label %exit",
+        "exit:",
+        "  call void @llvm.x86.tilerelease()",
+        "  ret i32 %seed",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
 class Peak:
     """``accs`` independent chains of ``op`` (vpdpbusd, or ``fma`` of ``lanes`` floats) on
-    registers, ``n`` iterations per call; ``time`` gives G(FL)OPS, a multiply-add counting 2."""
+    registers, ``n`` iterations per call; ``time`` gives G(FL)OPS, a multiply-add counting 2.
+    ``op="tdpbusd"``: AMX's loop of four tile multiplies an iteration (``accs`` is then 4).
+    ``scale``: how many 12-accumulator vpdpbusd iterations one iteration takes, about, so that
+    callers can size ``n`` alike for every op."""
 
     def __init__(self, accs: int, op: str = "vpdpbusd", lanes: int = 16):
         llvm.initialize_native_target()
         llvm.initialize_native_asmprinter()
+        if op == "tdpbusd":
+            from tensorsearch.runtime.module import request_xfeature
+
+            request_xfeature(18)  # Linux grants AMX's tile data per process
+            accs = len(AMX_TILES)
         self.accs, self.op = accs, op
-        self.ops_per_instruction = OPS_PER_VPDPBUSD if op == "vpdpbusd" else 2 * lanes
+        self.ops_per_instruction = {"vpdpbusd": OPS_PER_VPDPBUSD, "tdpbusd": OPS_PER_TDPBUSD}.get(op, 2 * lanes)
+        self.scale = 16 * accs / 12 if op == "tdpbusd" else accs / 12  # tdpbusd: one per 16 cycles
         target = llvm.Target.from_default_triple()
         self.tm = target.create_target_machine(
             cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=3
         )
-        mod = llvm.parse_assembly(_peak_ir(accs, op, lanes))
+        mod = llvm.parse_assembly(_amx_peak_ir() if op == "tdpbusd" else _peak_ir(accs, op, lanes))
         mod.verify()
         self.assembly = self.tm.emit_assembly(mod)
         self._ee = llvm.create_mcjit_compiler(mod, self.tm)
@@ -191,7 +238,7 @@ class Peak:
         self._fn = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_int64, ctypes.c_int32)(
             self._ee.get_function_address("peak")
         )
-        loop = self.assembly.split("vpdpbusd" if op == "vpdpbusd" else "vfmadd")
+        loop = self.assembly.split({"vpdpbusd": "vpdpbusd", "tdpbusd": "tdpbusd\t"}.get(op, "vfmadd"))
         self.vpdpbusd_in_asm = len(loop) - 1
 
     def time(self, n: int, repeat: int) -> list[float]:

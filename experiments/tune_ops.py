@@ -18,6 +18,9 @@ it over ``--rounds`` rounds interleaved with the references measured in the same
 * **int8: the VNNI peak** -- ``Peak`` from ``bench_vnni_gemm.py``: a register-only loop of
   independent ``vpdpbusd`` accumulations (128 ops each), run at once on ``--threads`` Python
   threads (ctypes releases the GIL), their GOPS summed: the machine's peak for that many cores.
+  On a host whose descriptor offers AMX (x86-sapphirerapids) the int8 design space uses the AMX
+  unit, and the peak is the same kind of loop of ``tdpbusd`` on the eight tile registers (four
+  accumulators, 32768 ops each).
 * **float32 also: the FMA peak** (x86 hosts) -- the same loop of vector ``fma`` on the
   descriptor's ``vector_bits`` (16 floats on AVX-512, 32 flops each): the vector units' peak,
   against which operators no dot-product unit fits (DEP) are read.
@@ -108,9 +111,9 @@ class MachinePeak:
         from bench_vnni_gemm import Peak
 
         self.threads, self.iters = threads, iters
-        candidates = [Peak(12, op, lanes), Peak(24, op, lanes)]
+        candidates = [Peak(4, op)] if op == "tdpbusd" else [Peak(12, op, lanes), Peak(24, op, lanes)]
         # the faster accumulator count on this CPU, chosen once
-        self.peak = max(candidates, key=lambda p: max(p.time(iters // (p.accs // 12), 3)))
+        self.peak = max(candidates, key=lambda p: max(p.time(max(1, int(iters / p.scale)), 3)))
         self.pool = ThreadPoolExecutor(threads)
 
     def sample(self, tries: int = 3) -> float:
@@ -118,8 +121,8 @@ class MachinePeak:
 
         A peak is an upper bound that noise only lowers: on this shared machine one sample in
         three or four read 510-580 GOPS against 920-935 for the others (another process had one
-        of the two cores for the sample's 50 ms), which made `ours / peak` read above 1."""
-        n = self.iters // (self.peak.accs // 12)
+        of the two cores during the sample), which made `ours / peak` read above 1."""
+        n = max(1, int(self.iters / self.peak.scale))
         return max(sum(self.pool.map(lambda _: self.peak.time(n, 1)[0], range(self.threads))) for _ in range(tries))
 
 
@@ -299,7 +302,7 @@ def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str) -> 
         "`ours / numpy` and `ours / peak` are medians over those pairs. numpy float32: the workload's "
         "numpy reference run in float32 (GMM: OpenBLAS sgemm) with the same thread count. Peak: "
         "register-only loops (bench_vnni_gemm.Peak) on as many threads as ours, summed: vpdpbusd for "
-        "int8, vector FMA (the descriptor's vector width) for float32; each peak sample is the best of "
+        "int8 (tdpbusd on an AMX host), vector FMA (the descriptor's vector width) for float32; each peak sample is the best of "
         "three. "
         "Any packing the tuned program does runs inside it and is counted.",
         "",
@@ -408,8 +411,11 @@ def main() -> None:
     work_root = Path(args.work_dir) if args.work_dir else dest.fresh_dir("work")
     hw = hardware.load("host")
     vnni = hw.has_feature("+avx512vnni")
+    amx = any(s.tiles is not None for s in hw.intrinsic_sets)  # x86-sapphirerapids: int8 on AMX tiles
     peaks = {
-        "int8": MachinePeak(args.threads, args.peak_iters) if vnni and "int8" in dtypes else None,
+        "int8": MachinePeak(args.threads, args.peak_iters, "tdpbusd" if amx else "vpdpbusd")
+        if (vnni or amx) and "int8" in dtypes
+        else None,
         "float32": MachinePeak(args.threads, args.peak_iters, "fma", hw.vector_bits // 32)
         if hw.triple.startswith("x86_64") and "float32" in dtypes
         else None,

@@ -365,6 +365,24 @@ def test_the_sapphire_rapids_design_space_tensorizes_int8_gemm_with_amx():
     wl.check([out], wl.reference(*xs))
 
 
+def test_the_benchmarks_amx_peak_is_four_tile_multiplies_a_loop():
+    import sys
+
+    import llvmlite.binding as llvm
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
+    from bench_vnni_gemm import _amx_peak_ir
+
+    ts.codegen.llvm._init_llvm()
+    mod = llvm.parse_assembly(_amx_peak_ir())
+    mod.verify()
+    asm = ts.codegen.llvm.emit_assembly(mod, SPR)
+    loop = asm[asm.index("tilezero\t%tmm7") : asm.index("tilerelease")]
+    assert re.findall(r"tdpbusd\t(%tmm\d), (%tmm\d), (%tmm\d)", loop) == [
+        ("%tmm6", "%tmm4", "%tmm0"), ("%tmm7", "%tmm4", "%tmm1"), ("%tmm6", "%tmm5", "%tmm2"), ("%tmm7", "%tmm5", "%tmm3")]  # fmt: skip
+    assert "ldtilecfg" in asm and "(%" not in loop.split("tdpbusd")[1]  # no memory operand in the loop
+
+
 # ----------------------------------------------------------------------------------------------
 # runs (AMX machines only)
 
