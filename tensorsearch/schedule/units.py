@@ -236,7 +236,8 @@ def _operand_dims(
     shape = list(op.shape)
     nonunit = [k for k, e in enumerate(exts) if e != 1]
     dims = nonunit if len(nonunit) == len(shape) else list(range(len(exts) - len(shape), len(exts)))
-    if len(dims) != len(shape) or any(k < 0 for k in dims) or not set(nonunit) <= set(dims):
+    fits = len(dims) == len(shape) and min(dims, default=0) >= 0 and set(nonunit) <= set(dims)
+    if not fits or any(exts[k] < shape[d] for d, k in enumerate(dims)):
         raise UnitError(f"{where}: operand {op.name}'s region {exts} of {buf.name} does not fit its shape {shape}")
     step_dim, steps = None, 1
     for d, k in enumerate(dims):
