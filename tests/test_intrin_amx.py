@@ -295,18 +295,23 @@ def main(X: T.Buffer((1, 64, 128), "uint8"), Y: T.Buffer((1, 128, 64), "int8"), 
             T.reads()
             T.writes(Z[v_bb, v_i, v_j])
             Z[v_bb, v_i, v_j] = 0
-    for bb, i_0, j_0, k_0 in T.grid(1, 4, 4, 2):
+    for bb, i_0, j_0 in T.grid(1, 4, 4):
         with T.block("Z_update_o"):
-            v_bb_o, v_i_o, v_j_o, v_k_o = T.axis.remap("SSSR", [bb, i_0, j_0, k_0])
-            T.reads(Z[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, v_j_o * 16:v_j_o * 16 + 16], X[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, v_k_o * 64:v_k_o * 64 + 64], Y_reindex[v_bb_o, v_j_o, v_k_o * 16:v_k_o * 16 + 16, 0:16, 0:4])
+            v_bb_o = T.axis.spatial(1, bb)
+            v_i_o = T.axis.spatial(4, i_0)
+            v_j_o = T.axis.spatial(4, j_0)
+            v_k_o = T.axis.reduce(1, 0)
+            T.reads(Z[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, v_j_o * 16:v_j_o * 16 + 16], X[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, 0:128], Y_reindex[v_bb_o, v_j_o, 0:32, 0:16, 0:4])
             T.writes(Z[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, v_j_o * 16:v_j_o * 16 + 16])
             T.block_attr({"cuda_unit": "amx_16x16x64_u8i8i32"})
-            for i_1, j_1, k_1 in T.grid(16, 16, 64):
+            for k_0, i_1, j_1, k_1 in T.grid(2, 16, 16, 64):
                 with T.block("Z_update"):
-                    v_i_i, v_j_i, v_k_i = T.axis.remap("SSR", [i_1, j_1, k_1])
-                    T.reads(Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i], X[v_bb_o, v_i_o * 16 + v_i_i, v_k_o * 64 + v_k_i], Y_reindex[v_bb_o, v_j_o, v_k_o * 16 + v_k_i // 4, v_j_i, v_k_i % 4])
+                    v_i_i = T.axis.spatial(16, i_1)
+                    v_j_i = T.axis.spatial(16, j_1)
+                    v_k_i = T.axis.reduce(128, k_0 * 64 + k_1)
+                    T.reads(Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i], X[v_bb_o, v_i_o * 16 + v_i_i, v_k_i], Y_reindex[v_bb_o, v_j_o, v_k_i // 4, v_j_i, v_k_i % 4])
                     T.writes(Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i])
-                    Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i] = Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i] + T.Cast("int32", X[v_bb_o, v_i_o * 16 + v_i_i, v_k_o * 64 + v_k_i]) * T.Cast("int32", Y_reindex[v_bb_o, v_j_o, v_k_o * 16 + v_k_i // 4, v_j_i, v_k_i % 4])
+                    Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i] = Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i] + T.Cast("int32", X[v_bb_o, v_i_o * 16 + v_i_i, v_k_i]) * T.Cast("int32", Y_reindex[v_bb_o, v_j_o, v_k_i // 4, v_j_i, v_k_i % 4])
 """
 
 
@@ -333,9 +338,10 @@ def test_tile_with_intrin_then_tensorize_gives_the_unit_tile():
     sch.tensorize(outer, "amx_tdpbusd_16x16x64")  # the compute intrinsic names its unit
     assert ts.ir.structural_equal(sch.func, parse(TILED_GMM)), sch.func
     mod = ts.build(sch.func, SPR, jit=False)
-    # no init in the tile (the reduction's init stays outside): the unit loads and stores C each k tile
+    # the tile spans k (two steps of 64); its init stays outside, so the unit loads C once, stores it once
     ops = [c.op.removeprefix("llvm.x86.") for c in _calls(mod.lowered)]
     assert ops == ["ldtilecfg", "tileloadd64", "tileloadd64", "tileloadd64", "tdpbusd", "tilestored64"]
+    assert "for unit_k in range(2)" in str(mod.lowered).replace("T.serial(2)", "range(2)")
 
 
 def test_the_sapphire_rapids_design_space_tensorizes_int8_gemm_with_amx():
@@ -346,6 +352,9 @@ def test_the_sapphire_rapids_design_space_tensorizes_int8_gemm_with_amx():
     assert [getattr(t, "name", t) for t in tensorized] == ["amx_tdpbusd_16x16x64"]
     mod = ts.build(cand.func, SPR, jit=False)
     assert re.search(r"\btdpbusd\b", mod.assembly) and "vpdpbusd" not in mod.assembly
+    # a unit tile spans all of k and keeps the init: zero C, two steps of 64, store C once
+    ops = [c.op.removeprefix("llvm.x86.") for c in _calls(mod.lowered)]
+    assert ops == ["ldtilecfg", "tilezero", "tileloadd64", "tileloadd64", "tdpbusd", "tilestored64"]
     _needs_amx()
     rng = np.random.default_rng(5)
     xs = wl.make_inputs(rng)

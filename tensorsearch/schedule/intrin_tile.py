@@ -11,7 +11,9 @@ intrinsic's packed tile layout; ``decompose_reduction`` at the outermost loop wh
 init (the init stays outside the tensorized region); ``split`` of each mapped loop by the
 intrinsic's extent; ``reorder`` so that the inner loops come last in the intrinsic's iterator
 order; ``blockize`` at the first inner loop. The returned block's body is the inner block computing
-the intrinsic's semantics on one tile.
+the intrinsic's semantics on one tile. A unit on tile registers (AMX) walks the reduction itself:
+its tile is blockized above the reduction's outer loop (16 x 16 over all of ``k``), whose
+iterations become the unit's steps.
 
 A *fused* mapping (several workload iterators playing one intrinsic iterator, e.g. a
 convolution's ``rh, rw, rc`` as VNNI's ``k``) first merges the block's fused iterators into one
@@ -41,7 +43,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..ir import Var
-from ..target.intrinsics import Intrinsic
+from ..target.intrinsics import Intrinsic, LLVMTileCall
 from ..target.matcher import Mapping, fused_index, group_split_map, match
 from .errors import InvalidArgument, ScheduleError
 from .rv import BlockRV, LoopRV
@@ -234,6 +236,10 @@ def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping, d
         lo, li = sch.split(loop_of[w], [None, m.intrin_extent])
         split_outer[w] = lo
         inner.append(li)
-    order = [split_outer.get(lp_name, loop_of[lp_name]) for lp_name in loop_of] + inner
-    sch.reorder(order)
+    outer = [split_outer.get(lp_name, loop_of[lp_name]) for lp_name in loop_of]
+    if isinstance(intrin.impl, LLVMTileCall):  # a unit on tile registers walks the reduction itself
+        steps = [split_outer[m.workload_iters[0]] for m in mapping.iterators if m.kind == "reduce"]
+        sch.reorder([lp for lp in outer if lp not in steps] + steps + inner)
+        return sch.blockize(steps[0])
+    sch.reorder(outer + inner)
     return sch.blockize(inner[0])

@@ -96,9 +96,18 @@ class RewriteTensorize(Postproc):
         for block in _blocks(sch, lambda b: AUTO_TENSORIZE in dict(b.annotations)):
             intrin = dict(sch.get(block).annotations)[AUTO_TENSORIZE]
             sch.unannotate(block, AUTO_TENSORIZE)
-            if sch.get(block).init is None and not _writes_only_constants(sch.get(block)):
+            takes_init = _unit_zeroes_its_tile(sch, str(intrin))
+            if (sch.get(block).init is None or takes_init) and not _writes_only_constants(sch.get(block)):
                 sch.tensorize(block, str(intrin))
         return True
+
+
+def _unit_zeroes_its_tile(sch: Schedule, name: str) -> bool:
+    """Whether ``name`` is the compute intrinsic of a unit on tile registers with an init
+    intrinsic: its tile spans the reduction (``tile_with_intrin``), and the unit zeroes the
+    accumulator tile itself, so the tile keeps its init."""
+    sets = sch.hardware.intrinsic_sets if sch.hardware is not None else ()
+    return any(s.tiles is not None and any(u.compute == name and u.init for u in s.units) for s in sets)
 
 
 def _writes_only_constants(block: Block) -> bool:
