@@ -400,8 +400,9 @@ def _cuda_statement(plan: UnitPlan) -> Stmt:
 
 
 def _tile_statement(plan: UnitPlan, iset: IntrinsicSet) -> Stmt:
-    """CPU tile registers: touch each memory operand's last element (so buffer compaction keeps
-    the whole region), load the tile configuration, then each member's LLVM call."""
+    """CPU tile registers: touch the last element of each operand's tiles in memory (so buffer
+    compaction keeps their whole region), load the tile configuration, then each member's LLVM
+    call."""
     tiles = iset.tiles
     if tiles is None:
         raise UnitError(f"{plan.where}: intrinsic set {iset.name} declares no tile registers (llvm.tiles)")
@@ -427,8 +428,7 @@ def _tile_statement(plan: UnitPlan, iset: IntrinsicSet) -> Stmt:
                 args.append(Call(DataType("int", 64), "address_diff", _diff_args(plan.stride(src))))
         return Evaluate(Call(handle, impl.intrinsic, tuple(args)))
 
-    memory = [name for name in plan.operands if name not in number]
-    touch = [Evaluate(plan.last(name)) for name in memory]
+    touch = [Evaluate(plan.last(name)) for name in plan.operands]  # every operand's tiles are in memory
     config = tile_config(tiles.palette, [plan.compute.operand(name) for name in plan.fragments])
     configure = Evaluate(Call(handle, tiles.configure, (Call(handle, "const_bytes", config),)))
     head = [*touch, configure] + [call(i, b) for i, b in plan.prologue]
