@@ -24,6 +24,10 @@ time an intrinsic is used -- :func:`tensorsearch.build` compiles a program that 
   says what was not verified and why ("this CPU (znver3) lacks +avx512vnni"); so does a qemu run
   that fails for the tools' own reasons (not cached). CUDA intrinsics are never run (tensorsearch
   generates CUDA C but has no GPU runner), and say so.
+* **Units on tile registers** (AMX): an instruction such as a tile load computes nothing to
+  compare alone, so each member of a unit is verified through its unit: the unit's compute
+  intrinsic's semantics, tensorized with the unit (its loads, zero, compute and store), run as
+  above; the verdict names the compute intrinsic.
 * **Inputs** (:func:`random_inputs`, seeded, :data:`TRIALS` trials, every operand random,
   the accumulator and the output's old contents included): integers over their type's full
   range, one trial of only edge values (min, min + 1, -1, 0, 1, max // 2, max // 2 + 1,
