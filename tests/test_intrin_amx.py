@@ -27,7 +27,7 @@ from tensorsearch import hardware, workloads
 from tensorsearch.intrin import IntrinsicError, LLVMTileCall, load_intrinsic, match, tile_with_intrin
 from tensorsearch.ir import Call, Evaluate, IntImm, post_order_visit
 from tensorsearch.runtime.module import request_xfeature
-from tensorsearch.runtime.verify import _offering, _program, verify_intrinsic
+from tensorsearch.runtime.verify import _offering, _program, intrinsics_called, verify_intrinsic
 from tensorsearch.schedule import Schedule, TensorizeError
 from tensorsearch.schedule.units import tile_config
 from tensorsearch.script import parse
@@ -199,6 +199,8 @@ def test_int8_gemm_lowers_to_the_units_tile_calls():
         assert re.search(rf"\b{mnemonic}\b", asm), mnemonic
     assert "$256" in asm and "$128" in asm  # the byte strides of X and of W and Z
     assert mod.tile_xfeatures == (18,)
+    # the loads and stores are every unit's calls: the program is traced to its own unit's compute
+    assert [i.name for i in intrinsics_called(mod.lowered, SPR)] == ["amx_tdpbusd_16x16x64"]
 
 
 def test_bf16_gemm_lowers_to_tdpbf16ps():

@@ -525,7 +525,7 @@ def verify_intrinsic(
     where = _where(intr)
     plan = _plan(intr, hw)
     if plan.target is not None and isinstance(intr.impl, LLVMTileCall):
-        plan = dataclasses.replace(plan, target=_offering(plan.target, found[0]))
+        plan = dataclasses.replace(plan, target=_offering(plan.target, iset))
     if plan.target is None:
         if warn:
             warn_not_verified(intr, plan.why_not, stacklevel=stacklevel + 1)
@@ -568,7 +568,7 @@ def _calls(func: PrimFunc, hw: Hardware) -> tuple[list[Intrinsic], list[tuple[st
     post_order_visit(func.body, lambda n: ops.add(n.op) if isinstance(n, Call) and n.op.startswith("llvm.") else None)
     if not ops:
         return [], []
-    offered = [i for i in hw.intrinsics if isinstance(i.impl, LLVMImpl | LLVMTileCall)]
+    offered = [i for i in hw.intrinsics if _identifies(i)]
     found: list[Intrinsic] = []
     unknown: list[tuple[str, list[Intrinsic]]] = []
     shipped: list[Intrinsic] | None = None
@@ -576,12 +576,19 @@ def _calls(func: PrimFunc, hw: Hardware) -> tuple[list[Intrinsic], list[tuple[st
         mine = [i for i in offered if i.impl.intrinsic == op]
         if not mine:
             if shipped is None:
-                shipped = [i for i in shipped_intrinsics() if isinstance(i.impl, LLVMImpl | LLVMTileCall)]
+                shipped = [i for i in shipped_intrinsics() if _identifies(i)]
             mine = [i for i in shipped if i.impl.intrinsic == op]
         if not mine and loaded_with_call(op):
             unknown.append((op, loaded_with_call(op)))
         found.extend(mine)
     return found, unknown
+
+
+def _identifies(intr: Intrinsic) -> bool:
+    """Whether a call of ``intr``'s LLVM intrinsic names ``intr``: an LLVM vector intrinsic, or the
+    compute of a unit on tile registers (its loads, zero and store share their calls with every
+    other unit's, and are verified with their unit)."""
+    return isinstance(intr.impl, LLVMImpl) or (isinstance(intr.impl, LLVMTileCall) and intr.role == "compute")
 
 
 def intrinsics_called(func: PrimFunc, hw: Hardware) -> list[Intrinsic]:
