@@ -172,6 +172,43 @@ def test_hang_crash_and_build_error_do_not_stop_the_batch(f32):
         assert_ok(r)
 
 
+def test_two_threads_measure_through_one_pool_taking_turns(f32):
+    """The model scheduler's concurrent tasks: two batches timed at once through one runner pool.
+    The node times one candidate at a time, the batches take turns, and a candidate that crashes
+    the runner fails in its own batch only."""
+    import itertools
+    import threading
+
+    from tensorsearch.search.space import candidate_key
+
+    with Measurer(None, HW, workload=I8, timeout_s=5.0, pool=f32.pool) as i8:
+        batches = {
+            "f32": (f32, [F32.func, tiled(F32.func), TRAP, F32.func, tiled(F32.func)]),
+            "i8": (i8, [I8.func, tiled(I8.func), I8.func, tiled(I8.func)]),
+        }
+        built = {
+            name: (m, m._build_all(funcs), [candidate_key(f) for f in funcs]) for name, (m, funcs) in batches.items()
+        }
+        results: dict[str, list[MeasureResult]] = {}
+        threads = [
+            threading.Thread(target=lambda n=name, m=m, b=b, k=k: results.__setitem__(n, m._run(b, k)))
+            for name, (m, b, k) in built.items()
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    f, i = results["f32"], results["i8"]
+    assert f[2].error == "run: crashed (Illegal instruction)"
+    for r in f[:2] + f[3:] + i:
+        assert_ok(r)
+    windows = sorted((r.run_start, r.run_end, name) for name, rs in results.items() for r in rs if r.ok)
+    for (_, end, _), (start, _, _) in itertools.pairwise(windows):
+        assert start >= end  # one candidate at a time on the node
+    order = [name for *_, name in windows]
+    assert order not in (sorted(order), sorted(order, reverse=True)), order  # the batches took turns
+
+
 def test_build_timeout(f32):
     f32.build_timeout_s = 0.001
     try:

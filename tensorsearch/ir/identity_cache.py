@@ -12,6 +12,7 @@ reused by another object while it keys an entry. The oldest entry goes first::
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Hashable
 from typing import Any
 
@@ -37,7 +38,10 @@ class IdentityCache:
     def put(self, objs: tuple, key: Hashable, answer: Any) -> Any:
         """Remember ``answer`` for ``objs`` and ``key`` (the oldest entry goes when full); returns it."""
         if len(self._entries) >= self.size:
-            del self._entries[next(iter(self._entries))]
+            # threads may share a cache (the model scheduler's concurrent tasks): another may have
+            # evicted the oldest entry, or added one, between these two steps
+            with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                del self._entries[next(iter(self._entries))]
         self._entries[(*map(id, objs), key)] = (objs, answer)
         return answer
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -123,6 +124,7 @@ class CostModel:
         self._task: list[int] = []
         self._tasks: list[str] = []
         self._model: Any = None
+        self._lock = threading.Lock()  # tasks tuned in several threads share one model (the model scheduler)
 
     # -------------------------------------------------------------------------------------
     @property
@@ -141,15 +143,17 @@ class CostModel:
         ``features[i]`` is ``extract_features`` of candidate ``i`` (or its ``candidate_vector``),
         ``latencies[i]`` its latency in seconds; ``math.inf`` (or NaN, or <= 0) marks a failure.
         """
-        self._record("update", task, features, latencies)
-        self._fit()
+        with self._lock:
+            self._record("update", task, features, latencies)
+            self._fit()
 
     def pretrain(self, data: Sequence[tuple[str, Sequence[np.ndarray], Sequence[float]]]) -> int:
         """Record other workloads' measurements (``(task, features, latencies)`` each, as
         :func:`transfer_data` returns) and fit once; returns the number of candidates added."""
-        added = sum(self._record("pretrain", task, features, latencies) for task, features, latencies in data)
-        if added:
-            self._fit()
+        with self._lock:
+            added = sum(self._record("pretrain", task, features, latencies) for task, features, latencies in data)
+            if added:
+                self._fit()
         return added
 
     def _record(self, caller: str, task: str, features: Sequence[np.ndarray], latencies: Sequence[float]) -> int:

@@ -24,7 +24,12 @@ How a batch is measured (:meth:`Measurer.measure`):
    of its check and timing). Runners of different nodes measure different candidates in
    parallel. A runner reports its node's triple and CPU features when it starts; a node that
    cannot run the descriptor's code is not used (one warning); nor is one whose
-   ``tensorsearch.hardware`` label names other descriptors. A node labelled
+   ``tensorsearch.hardware`` label names other descriptors. Several Measurers may share a pool
+   from several threads (the model scheduler's concurrent tasks): each takes idle runners only,
+   so a node still times one candidate at a time. A node labelled ``tensorsearch.role=timing``
+   is set apart for timing: builds (and the search's actors) go to the other nodes, so nothing
+   else runs where a candidate is timed even while other tasks build and search (the label is
+   ignored when every node has it). A node labelled
    ``tensorsearch.emulates=aarch64`` runs aarch64 candidates (cross-compiled objects) under
    qemu when no node runs them natively: checked, with their timings flagged ``emulated``
    (ranking nothing). The pool looks at the cluster
@@ -86,14 +91,21 @@ from ..ir.stmt import Block, IterType, PrimFunc
 from ..target import Hardware, load
 from ..workloads import Workload
 
-__all__ = ["MeasureResult", "Measurer", "init_ray"]
+__all__ = ["MeasureResult", "MeasureStopped", "Measurer", "init_ray"]
 
 _MAX_ERROR_CHARS = 1000
 _RUNNER_START_TIMEOUT_S = 120.0
 HARDWARE_LABEL = "tensorsearch.hardware"  # a node label: the descriptors timed there, comma-separated
 EMULATES_LABEL = "tensorsearch.emulates"  # a node label: architectures it runs under qemu ("aarch64")
+ROLE_LABEL = "tensorsearch.role"  # a node label: "timing" sets the node apart for timing (no builds, no search)
 EMULATION_SLOWDOWN = 50  # an emulated candidate's check may take this many times the native timeout
 FLUSHED_REPEATS = 10  # with flush_cache each repeat is one call: at least this many of them
+SHARED_POLL_S = 0.5  # a batch waiting for a runner held by others' batches looks again at least this often
+
+
+class MeasureStopped(RuntimeError):
+    """The run stopped (:meth:`RunnerPool.stop`) while a batch was built or timed; the results
+    given to ``on_result`` so far stand."""
 
 
 @dataclass(frozen=True)
@@ -201,7 +213,25 @@ def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
                 sidecar = f.read()
     except Exception as e:
         return {"error": "build: " + _short(e), "seconds": time.perf_counter() - t0}
-    return {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "seconds": time.perf_counter() - t0}
+    built = {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "node": _node_id()}
+    return {**built, "seconds": time.perf_counter() - t0}
+
+
+def _node_id() -> str | None:
+    import ray
+
+    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+
+
+def work_nodes(nodes: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The alive nodes with CPUs that builds and search actors may use, and the Ray options that
+    keep a task there: every such node but those labelled ``tensorsearch.role=timing`` (all of
+    them, and no options, when every node is so labelled)."""
+    alive = [n for n in nodes if n.get("Alive") and n.get("Resources", {}).get("CPU", 0) > 0]
+    free = [n for n in alive if (n.get("Labels") or {}).get(ROLE_LABEL) != "timing"]
+    if not free or len(free) == len(alive):
+        return alive, {}
+    return free, {"label_selector": {ROLE_LABEL: "!timing"}}
 
 
 @cache
@@ -539,6 +569,7 @@ class _Slot:
     ready: bool = False
     dead: bool = False
     job: tuple[int, str, Any, float, float] | None = None  # (index, "check" | "time", ref, deadline, budget s)
+    owner: Any = None  # the batch whose candidate the runner has now (Measurer._run), with job
 
 
 class RunnerPool:
@@ -551,7 +582,11 @@ class RunnerPool:
     reports its node's LLVM triple and absent CPU features when it starts; a node that cannot run
     the descriptor's code is not used for timing, reported once (a warning, and an event).
     ``events`` lists what happened to the nodes (dicts with ``kind``: "node_joined", "node_left",
-    "node_refused", "requeued"), for the tuner to record.
+    "node_refused", "requeued"), for the tuner to record (:meth:`take_events`).
+
+    Measurers in several threads may share a pool: a batch gives a candidate only to a runner
+    that has none (under ``lock``) and acts only on the runners it gave one to; a runner that
+    ends a batch's candidate goes to a batch that waits for one first, so batches take turns.
     """
 
     REFRESH_S = 5.0
@@ -564,6 +599,10 @@ class RunnerPool:
         self.refused: dict[str, str] = {}  # node id -> why its CPU cannot run the descriptor's code
         self.emulating: set[str] = set()  # nodes that run the descriptor's code under qemu only
         self.events: list[dict[str, Any]] = []
+        self.lock = threading.RLock()  # held while runners are handed out, started or dropped
+        self.freed = threading.Condition(self.lock)  # notified when a runner ends a candidate
+        self.waiting: set[Any] = set()  # batches with candidates left and no runner
+        self.stopping = False  # set by stop(): the batches in flight end, no runner is restarted
         self._seen: set[str] | None = None  # nodes seen so far (None before the first refresh)
         self.refresh()
         if not self.slots:
@@ -575,7 +614,14 @@ class RunnerPool:
             )
 
     def event(self, kind: str, node_id: str, **more: Any) -> None:
-        self.events.append({"kind": kind, "node": node_id, "time": time.time(), **more})
+        with self.lock:
+            self.events.append({"kind": kind, "node": node_id, "time": time.time(), **more})
+
+    def take_events(self) -> list[dict[str, Any]]:
+        """The events so far, which the pool then forgets."""
+        with self.lock:
+            events, self.events = self.events, []
+        return events
 
     @staticmethod
     def alive_nodes() -> dict[str, dict[str, Any]]:
@@ -586,6 +632,10 @@ class RunnerPool:
     def refresh(self) -> None:
         """Start runners on alive nodes without one; drop idle runners of nodes that left; wait
         until the new ones are up (and their CPUs checked)."""
+        with self.lock:
+            self._refresh()
+
+    def _refresh(self) -> None:
         alive = self.alive_nodes()
         for slot in self.slots:
             if slot.node_id not in alive and slot.job is None and not slot.dead:
@@ -607,7 +657,50 @@ class RunnerPool:
         self._seen = seen
         for slot in self.slots:
             self.wait_ready(slot)
-        self.slots = [s for s in self.slots if not s.dead or s.job is not None]
+        self.forget_dead()
+
+    def forget_dead(self) -> None:
+        """Drop the dead runners that time nothing."""
+        with self.lock:
+            self.slots = [s for s in self.slots if not s.dead or s.job is not None]
+
+    def lend(self, batch: Any, pending: deque[int], dispatch: Callable[[_Slot, int], None]) -> None:
+        """Give idle runners the next of ``pending`` (``dispatch(slot, i)``) for ``batch``, but
+        not a runner that just ended one of its candidates while another batch waits for one."""
+        with self.lock:
+            others = self.waiting - {batch}
+            for slot in self.live():
+                if slot.job is None and pending and not (slot.owner is batch and others):
+                    slot.owner = batch
+                    dispatch(slot, pending.popleft())
+            if pending and not any(s.owner is batch and s.job is not None for s in self.slots):
+                self.waiting.add(batch)
+            else:
+                self.waiting.discard(batch)
+
+    def wait_for_runner(self, timeout: float) -> None:
+        """Wait until a runner ends a candidate (at most ``timeout`` seconds)."""
+        with self.freed:
+            self.freed.wait(timeout)
+
+    def stop(self) -> None:
+        """Make every batch in flight (in any thread) end soon with :class:`MeasureStopped`."""
+        with self.freed:
+            self.stopping = True
+            self.freed.notify_all()
+
+    def check_stopping(self, what: str) -> None:
+        if self.stopping:
+            raise MeasureStopped(f"measure: the run stopped while {what}; the results so far are kept")
+
+    def runner_freed(self) -> None:
+        with self.freed:
+            self.freed.notify_all()
+
+    def done(self, batch: Any) -> None:
+        """``batch`` wants no more runners."""
+        with self.lock:
+            self.waiting.discard(batch)
 
     def live(self) -> list[_Slot]:
         """The runners to give candidates to: those that run them natively, else the emulating
@@ -687,6 +780,13 @@ class RunnerPool:
 
         Returns what the fault handler of the old one wrote (e.g. "Segmentation fault"), if anything.
         """
+        with self.lock:  # no other batch may take the runner until the fresh one is up
+            if self.stopping:  # the run ends: no fresh runner
+                slot.dead, slot.job = True, None
+                return None
+            return self._restart(slot, kill)
+
+    def _restart(self, slot: _Slot, kill: bool) -> str | None:
         import ray
 
         if kill:
@@ -780,7 +880,6 @@ class Measurer:
         self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
         self._own_pool = pool is None
         self.pool = pool if pool is not None else RunnerPool(self.hardware, seed)
-        self._build_slots = max(1, int(ray.cluster_resources().get("CPU", 1)))
 
     @property
     def _slots(self) -> list[_Slot]:
@@ -791,16 +890,22 @@ class Measurer:
         """Build every candidate in Ray tasks, at most one per cluster CPU in flight."""
         import ray
 
-        task = _remote_build()
+        nodes, placement = work_nodes(ray.nodes())
+        slots = max(1, int(sum(n["Resources"]["CPU"] for n in nodes)))
+        task = _remote_build().options(**placement)
         results: list[dict[str, Any] | None] = [None] * len(funcs)
         queue = deque(range(len(funcs)))
         running: dict[Any, tuple[int, float]] = {}  # ref -> (index, deadline)
         while queue or running:
-            while queue and len(running) < self._build_slots:
+            if self.pool.stopping:
+                for ref in running:
+                    ray.cancel(ref, force=True)
+                self.pool.check_stopping("building candidates")
+            while queue and len(running) < slots:
                 i = queue.popleft()
                 running[task.remote(funcs[i], self.target)] = (i, time.monotonic() + self.build_timeout_s)
             wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
-            ray.wait(list(running), num_returns=1, timeout=wait_s)
+            ray.wait(list(running), num_returns=1, timeout=min(wait_s, RunnerPool.REFRESH_S))
             ready, _ = ray.wait(list(running), num_returns=len(running), timeout=0, fetch_local=False)
             for ref in ready:
                 i, _ = running.pop(ref)
@@ -862,8 +967,6 @@ class Measurer:
         A candidate whose runner died with its node goes back to the queue (an event, not a
         result); RuntimeError when no node is left to time the rest (the results given to
         ``on_result`` so far stand)."""
-        import ray
-
         out: list[MeasureResult | None] = [None] * len(builds)
         for i, b in enumerate(builds):
             if b["error"] is not None:
@@ -871,9 +974,20 @@ class Measurer:
                 if on_result is not None:
                     on_result(i, out[i])
         run = _Batch(self, builds, keys, out, on_result, slow_after)
+        try:
+            self._time_batch(run)
+        finally:
+            self.pool.done(run)
+        self.pool.forget_dead()
+        return [r for r in out if r is not None]
+
+    def _time_batch(self, run: _Batch) -> None:
+        import ray
+
         self.pool.refresh()
         refreshed = time.monotonic()
-        while run.pending or any(s.job is not None for s in self.pool.slots):
+        while run.pending or run.busy():
+            self.pool.check_stopping("timing candidates")
             if time.monotonic() - refreshed > RunnerPool.REFRESH_S or not self.pool.live():
                 self.pool.refresh()  # nodes that joined get runners; idle runners of nodes that left go
                 refreshed = time.monotonic()
@@ -882,18 +996,19 @@ class Measurer:
                     f"measure: no node of the Ray cluster can time {self.hardware.name} candidates any more; "
                     f"{len(run.pending)} of this batch were not measured"
                 )
-            for slot in self.pool.live():  # give idle runners the next candidates
-                if slot.job is None and run.pending:
-                    run.dispatch(slot, run.pending.popleft())
-            busy = [s for s in self.pool.slots if s.job is not None]
+            self.pool.lend(run, run.pending, run.dispatch)  # idle runners get the next candidates
+            busy = run.busy()
+            if not busy:  # every runner times another batch's candidate (a concurrent task's)
+                self.pool.wait_for_runner(SHARED_POLL_S)
+                continue
             wait_s = min(max(0.0, min(s.job[3] for s in busy) - time.monotonic()), RunnerPool.REFRESH_S)  # type: ignore[index]
             refs = [s.job[2] for s in busy]  # type: ignore[index]
             ray.wait(refs, num_returns=1, timeout=wait_s)
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0, fetch_local=False)  # all finished ones
             for slot in busy:
                 run.step(slot, slot.job[2] in ready)  # type: ignore[index]
-        self.pool.slots[:] = [s for s in self.pool.slots if not s.dead]
-        return [r for r in out if r is not None]
+            if any(s.job is None for s in busy):
+                self.pool.runner_freed()
 
     def close(self) -> None:
         """Stop the runners when the Measurer started them (a shared pool is its owner's to close)."""
@@ -922,6 +1037,10 @@ class _Batch:
         self.m, self.builds, self.keys, self.out = m, builds, keys, out
         self.on_result, self.slow_after = on_result, slow_after
         self.pending = deque(i for i in range(len(builds)) if out[i] is None)
+
+    def busy(self) -> list[_Slot]:
+        """The runners timing this batch's candidates now."""
+        return [s for s in self.m.pool.slots if s.job is not None and s.owner is self]
 
     def dispatch(self, slot: _Slot, i: int) -> None:
         m, b = self.m, self.builds[i]

@@ -72,16 +72,30 @@ def _run_job(space: DesignSpace, job: tuple) -> Candidate | None:
 
 
 class LocalEvaluator:
-    """Evaluate jobs in this process."""
+    """Evaluate jobs in this process (SearchStopped once closed, from another thread)."""
 
     def __init__(self, space: DesignSpace) -> None:
         self.space = space
+        self.closed = False
 
     def evaluate(self, jobs: list[tuple]) -> list[Candidate | None]:
-        return [run_job(self.space, j) for j in jobs]
+        out = []
+        for job in jobs:
+            _check_open(self)
+            out.append(run_job(self.space, job))
+        return out
 
     def close(self) -> None:
-        pass
+        self.closed = True
+
+
+class SearchStopped(RuntimeError):
+    """The evaluator was closed (from another thread) while it evaluated jobs."""
+
+
+def _check_open(evaluator: LocalEvaluator | RayEvaluator) -> None:
+    if evaluator.closed:
+        raise SearchStopped("search: the evaluator was closed while it evaluated a round")
 
 
 class _Worker:
@@ -104,28 +118,31 @@ class _Worker:
         return out
 
 
-def _spread(workers: int) -> list[str]:
-    """``workers`` node ids, one per CPU of the alive nodes taken in turn (node A's first CPU, node
-    B's first, ..., then the second ones), so the actors cover every node. Ray's ``SPREAD``
-    strategy is best effort: for actors that hold no CPU it put two of three on one node."""
+def _spread(workers: int | None) -> list[str]:
+    """``workers`` node ids (None: as many as those nodes have CPUs), one per CPU of the alive nodes taken in turn (node A's first CPU, node
+    B's first, ..., then the second ones), so the actors cover every node but those set apart for
+    timing (``measure.work_nodes``). Ray's ``SPREAD`` strategy is best effort: for actors that
+    hold no CPU it put two of three on one node."""
     import ray
 
-    cpus = {n["NodeID"]: int(n.get("Resources", {}).get("CPU", 0)) for n in ray.nodes() if n.get("Alive")}
+    from .measure import work_nodes
+
+    nodes, _ = work_nodes(ray.nodes())
+    cpus = {n["NodeID"]: int(n["Resources"]["CPU"]) for n in nodes}
     turns = [node for k in range(max(cpus.values(), default=0)) for node, c in sorted(cpus.items()) if c > k]
     turns = turns or [ray.get_runtime_context().get_node_id()]
-    return [turns[i % len(turns)] for i in range(workers)]
+    return [turns[i % len(turns)] for i in range(len(turns) if workers is None else workers)]
 
 
 class RayEvaluator:
-    """Evaluate jobs on ``workers`` Ray actors (default: the cluster's CPU count)."""
+    """Evaluate jobs on ``workers`` Ray actors (default: one per CPU of the nodes not set apart for timing)."""
 
     def __init__(self, space: DesignSpace, workers: int | None = None) -> None:
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         self.space = space
-        if workers is None:
-            workers = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.closed = False
         actor = ray.remote(num_cpus=0)(_Worker)
         traces = [t.as_json_text() for t in space.traces]
         func_ref = ray.put(space.func)
@@ -139,12 +156,14 @@ class RayEvaluator:
     def evaluate(self, jobs: list[tuple]) -> list[Candidate | None]:
         """Each job's candidate (None where it failed), the jobs sharded over the actors. A shard
         whose actor died (its node left the cluster) is evaluated here instead, and the actor is
-        dropped; with no actor left, everything is evaluated here."""
+        dropped; with no actor left, everything is evaluated here. SearchStopped when the
+        evaluator is closed meanwhile (the model scheduler stopping its threads)."""
         import ray
         from ray.exceptions import RayActorError
 
         if not jobs:
             return []
+        _check_open(self)
         if not self.actors:
             return [run_job(self.space, job) for job in jobs]
         wire = [(j[0], j[1].as_json_text(), j[2]) if j[0] == "replay" and isinstance(j[1], Trace) else j for j in jobs]
@@ -156,6 +175,7 @@ class RayEvaluator:
             try:
                 part = ray.get(ref)
             except RayActorError:
+                _check_open(self)
                 self.actors.remove(actor)
                 out.extend(run_job(self.space, job) for job in jobs[start : start + size])
                 continue
@@ -176,7 +196,8 @@ class RayEvaluator:
     def close(self) -> None:
         import ray
 
-        for a in self.actors:
+        self.closed = True
+        for a in list(self.actors):
             with contextlib.suppress(Exception):  # an actor whose node left is gone already
                 ray.kill(a)
         self.actors = []

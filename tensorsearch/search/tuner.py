@@ -428,8 +428,7 @@ class TaskSearch:
 
     def record_events(self, measurer: Any) -> None:
         """Commit what happened to the cluster's nodes while measuring (not candidate records)."""
-        events, measurer.pool.events[:] = list(measurer.pool.events), []
-        for event in events:
+        for event in measurer.pool.take_events():
             self.db.commit_infrastructure({**event, "workload_key": self.wkey, "hardware_key": self.hkey})
 
     def check_some_ran(self, work_dir: str | os.PathLike) -> None:
