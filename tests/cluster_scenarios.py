@@ -38,14 +38,15 @@ def main(work_dir: str) -> None:
     out: dict = {"nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])}
     host = hardware.load("host")
 
-    # 1. a model's tasks (here two workloads) tuned across the nodes
+    # 1. a model's tasks (here two workloads) tuned across the nodes, both at once
     wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 48, 32, 16), "float32")]
     config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=6)
-    result = tune_model(wls, host, 24, work_dir, config=config)
+    result = tune_model(wls, host, 24, work_dir, config=config, concurrent_tasks=2)
     db = Database(work_dir)
     records = [r for t in result.tasks for r in db.records(t.key, db_hw_key(host))]
     out["records"] = [[r.node, r.run_start, r.run_end, r.ok, r.error] for r in records]
     out["rounds"] = result.rounds
+    out["round_spans"] = result.round_spans
     evaluator = RayEvaluator(DesignSpace(wls[0].func, host))
     out["search_actor_nodes"] = evaluator.nodes()
     evaluator.close()
@@ -86,17 +87,22 @@ def main(work_dir: str) -> None:
         }
         pool.events.clear()
 
-        # 3. a node added between batches gets a runner and work
-        added = cluster.add_node(num_cpus=1)
+        # 3. a node added between batches gets a runner and work; it is set apart for timing
+        # (tensorsearch.role=timing), so no build nor search actor goes there
+        added = cluster.add_node(num_cpus=1, labels={"tensorsearch.role": "timing"})
         cluster.wait_for_nodes()
         results = m.measure([slow.func] * 6)
+        searchers = RayEvaluator(space)
         out["addition"] = {
             "added": added.node_id,
             "errors": [r.error for r in results],
             "nodes": [r.node for r in results],
             "runners": sorted(s.node_id for s in pool.slots),
             "events": [e["kind"] for e in pool.events],
+            "build_nodes": sorted({b["node"] for b in m._build_all([slow.func] * 6)}),
+            "search_actor_nodes": sorted(set(searchers.nodes())),
         }
+        searchers.close()
     pool.close()
     out["emulation"] = emulation(workers[0].node_id, work_dir)
     out["killed_driver"] = killed_driver(cluster.address, work_dir + "/killed")

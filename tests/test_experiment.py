@@ -89,6 +89,15 @@ def test_each_mistake_names_the_file_and_key(tmp_path, change, message):
     assert text.startswith(f"{path}: ") and message in text and "\n" not in text
 
 
+def test_concurrent_tasks_is_read_and_checked(tmp_path):
+    _two_task_onnx(tmp_path / "two.onnx")
+    assert load_experiment(_write(tmp_path, GOOD)).concurrent_tasks == 1
+    assert load_experiment(_write(tmp_path, GOOD + "concurrent_tasks: 3\n")).concurrent_tasks == 3
+    path = _write(tmp_path, GOOD + "concurrent_tasks: 0\n")
+    with pytest.raises(ExperimentError, match=r"concurrent_tasks: must be an integer of at least 1, not 0"):
+        load_experiment(path)
+
+
 def test_not_yaml_and_not_a_mapping(tmp_path):
     with pytest.raises(ExperimentError, match=r"not valid YAML at line 2, column 1: expected ',' or '\]'"):
         load_experiment(_write(tmp_path, "output: [unclosed\n"))

@@ -47,7 +47,9 @@ def test_init_ray_joins_the_cluster_ray_address_names(cluster_run):
 def test_a_models_tasks_are_tuned_on_every_node_without_overlapping_timings(cluster_run):
     records = cluster_run["records"]
     assert len(records) == 24 and all(ok for _, _, _, ok, _ in records)
-    assert cluster_run["rounds"][:2] == [0, 1] and len(cluster_run["rounds"]) == 4, cluster_run["rounds"]
+    assert sorted(cluster_run["rounds"][:2]) == [0, 1] and len(cluster_run["rounds"]) == 4, cluster_run["rounds"]
+    spans = cluster_run["round_spans"]  # concurrent_tasks=2: the two tasks' rounds overlapped
+    assert any(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in itertools.combinations(spans, 2)), spans
     used = {node for node, *_ in records}
     assert used == set(cluster_run["nodes"]), (used, cluster_run["nodes"])  # one runner per node, all used
     assert sorted(cluster_run["runners_before"]) == cluster_run["nodes"]
@@ -75,11 +77,31 @@ def test_the_search_goes_on_when_a_search_actors_node_leaves(cluster_run):
     assert cluster_run["search_after_removal"] == {"same": True, "actors": 2}
 
 
-def test_a_node_added_mid_run_gets_a_runner_and_work(cluster_run):
+def test_a_node_added_mid_run_gets_a_runner_and_work_and_a_timing_node_only_times(cluster_run):
     addition = cluster_run["addition"]
     assert addition["errors"] == [None] * 6
     assert addition["added"] in addition["runners"] and addition["added"] in addition["nodes"]
     assert addition["events"] == ["node_joined"]
+    # labelled tensorsearch.role=timing: it times, but builds and searches nothing
+    assert addition["build_nodes"] and addition["added"] not in addition["build_nodes"]
+    assert addition["search_actor_nodes"] and addition["added"] not in addition["search_actor_nodes"]
+
+
+def test_nodes_labelled_for_timing_get_no_builds_nor_search():
+    from tensorsearch.search.measure import work_nodes
+
+    def node(name, cpus=1, role=None):
+        return {
+            "NodeID": name,
+            "Alive": True,
+            "Resources": {"CPU": cpus},
+            "Labels": {"tensorsearch.role": role} if role else {},
+        }
+
+    a, b, timing, gpu_only = node("a"), node("b", 2), node("t", role="timing"), node("g", 0)
+    assert work_nodes([a, b, gpu_only]) == ([a, b], {})  # no label: every node with CPUs, no Ray option
+    assert work_nodes([a, timing, {**b, "Alive": False}]) == ([a], {"label_selector": {"tensorsearch.role": "!timing"}})
+    assert work_nodes([timing]) == ([timing], {})  # every node times: the label is ignored
 
 
 def test_resolve_address(monkeypatch):

@@ -7,6 +7,7 @@ and on workload lists, with real builds and measurements on one Ray session for 
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 
 import numpy as np
@@ -63,6 +64,7 @@ def _state(index: int, weight: int, history: list[float]) -> _TaskState:
 def _run(strategy: str, states: list[_TaskState]) -> _ModelRun:
     run = _ModelRun.__new__(_ModelRun)
     run.strategy, run.tasks, run.rounds, run.alpha, run.window = strategy, states, [], 0.2, 3
+    run.in_flight = {}
     run.entries = [s.entry for s in states]
     import random
 
@@ -183,6 +185,45 @@ def test_a_budget_smaller_than_a_round_each_is_shared(tmp_path):
     assert result.rounds == [0, 1, 2] and [r.trials for r in result.tasks] == [1, 2, 2]
 
 
+def test_concurrent_tasks_run_rounds_at_once_and_spend_the_budget_exactly(tmp_path):
+    wls = [workloads.make("GMM", (1, 16, 16, s), "float32") for s in (8, 16, 24)]
+    result = tune_model(wls, HOST, 22, tmp_path, config=SMALL, workers=0, concurrent_tasks=2)
+    db = Database(tmp_path)
+    records = [r for wl in wls for r in db.records(workload_key(wl.func), hardware_key(HOST))]
+    keys = [r.candidate_key for r in records]
+    assert result.trials == 22 == len(keys) == len(set(keys))
+    assert all(t.status == "tuned" and t.trials for t in result.tasks)
+    spans = result.round_spans  # in the order the rounds ended
+    assert len(spans) == len(result.rounds)
+    started = [task for _, task in sorted(zip(spans, result.rounds, strict=True))]
+    assert started[:3] == [0, 1, 2]  # every task's first round first, in order
+    assert any(a0 < b1 and b0 < a1 for (a0, a1), (b0, b1) in itertools.combinations(spans, 2)), spans
+    windows = sorted((r.run_start, r.run_end) for r in records)
+    for (_, end), (start, _) in itertools.pairwise(windows):
+        assert start >= end  # the tasks' candidates were timed one at a time all the same
+    assert "rounds of up to 2 tasks at once" in (tmp_path / "logs" / "scheduler.log").read_text()
+
+
+def test_an_error_in_one_concurrent_round_stops_the_others_and_keeps_every_record(tmp_path):
+    import threading
+
+    wls = [workloads.make("GMM", (1, 16, 16, s), "float32") for s in (8, 16, 24)]
+
+    def interrupt(p):  # as Ctrl-C would, in the thread that ended the first round
+        if p.round == 1:
+            raise KeyboardInterrupt
+
+    before = threading.active_count()
+    with pytest.raises(KeyboardInterrupt):
+        tune_model(wls, HOST, 400, tmp_path, config=SMALL, workers=0, concurrent_tasks=3, progress=interrupt)
+    assert threading.active_count() == before  # every round's thread ended before tune_model returned
+    db = Database(tmp_path)
+    keys = [r.candidate_key for wl in wls for r in db.records(workload_key(wl.func), hardware_key(HOST))]
+    assert 4 <= len(keys) < 12 and len(set(keys)) == len(keys)  # the first round, and what the others measured
+    again = tune_model(wls, HOST, len(keys) + 4, tmp_path, config=SMALL, workers=0, concurrent_tasks=3)
+    assert again.trials == len(keys) + 4
+
+
 def test_a_task_with_no_valid_program_stops_and_the_others_go_on(tmp_path, monkeypatch):
     from tensorsearch.search import tuner
 
@@ -212,6 +253,8 @@ def test_bad_arguments_are_named(tmp_path):
         tune_model([wl, "GMM"], HOST, 4, tmp_path)
     with pytest.raises(TuneError, match="the task list is empty"):
         tune_model([], HOST, 4, tmp_path)
+    with pytest.raises(TuneError, match="concurrent_tasks must be a positive integer, got 0"):
+        tune_model([wl], HOST, 4, tmp_path, concurrent_tasks=0)
 
 
 def test_cli_model_tune(tmp_path, capsys):
@@ -242,3 +285,14 @@ def test_the_cli_offers_every_strategy():
         args = build_parser().parse_args(["model", "tune", "m.onnx", "--hardware", "host", "--trials", "1",
                                           "--strategy", strategy])  # fmt: skip
         assert args.strategy == strategy
+
+
+def test_the_cli_takes_concurrent_tasks(capsys):
+    from tensorsearch.cli.main import build_parser
+
+    argv = ["model", "tune", "m.onnx", "--hardware", "host", "--trials", "1"]
+    assert build_parser().parse_args(argv).concurrent_tasks == 1
+    assert build_parser().parse_args([*argv, "--concurrent-tasks", "3"]).concurrent_tasks == 3
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args([*argv, "--concurrent-tasks", "0"])
+    assert stop.value.code == 2 and "--concurrent-tasks: must be a positive integer, not '0'" in capsys.readouterr().err

@@ -80,6 +80,14 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
         action="store_true",
         help="time each call after flushing the caches, as a kernel runs inside the model (cold weights)",
     )
+    q.add_argument(
+        "--concurrent-tasks",
+        type=_positive_int,
+        default=1,
+        metavar="K",
+        help="run the rounds of K tasks at once, all timed through the same runners (default 1; on a "
+        "cluster, label the nodes that time tensorsearch.role=timing)",
+    )
     add_address_argument(q)
 
 
@@ -161,7 +169,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     try:
         result = tune_model(
             graph, hw, args.trials, work_dir, strategy=args.strategy, seed=args.seed, address=args.address,
-            progress=progress, layout=args.layout, flush_cache=args.cache_flush,
+            progress=progress, layout=args.layout, flush_cache=args.cache_flush, concurrent_tasks=args.concurrent_tasks,
         )  # fmt: skip
     except WorkDirBusy as busy:
         print(f"tensorsearch model tune: error: {busy.message('--work-dir')}", file=sys.stderr)

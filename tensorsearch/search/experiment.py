@@ -16,6 +16,7 @@ one table at the end. The file (validated when it is read, every error naming th
       - {model: resnet50, reduced: true, trials: 512}
       - {model: my_model.onnx, input_shapes: {input_ids: [1, 128]}}
     strategy: gradient                   # tune_model's, for models
+    concurrent_tasks: 1                  # tune_model's: the tasks of a model whose rounds run at once
     address: null                        # a Ray cluster (default: RAY_ADDRESS, else a local one)
     search: {population_size: 128}       # any SearchConfig field
 
@@ -97,6 +98,7 @@ class Experiment:
     operators: tuple[OperatorItem, ...] = ()
     models: tuple[ModelItem, ...] = ()
     strategy: str = "gradient"
+    concurrent_tasks: int = 1
     address: str | None = None
     search: SearchConfig = field(default_factory=SearchConfig)
 
@@ -110,7 +112,10 @@ class Experiment:
 # reading
 
 
-_TOP_KEYS = {"name", "output", "hardware", "trials", "seeds", "operators", "models", "strategy", "address", "search"}
+_TOP_KEYS = {
+    *("name", "output", "hardware", "trials", "seeds", "operators", "models"),
+    *("strategy", "concurrent_tasks", "address", "search"),
+}
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
@@ -155,6 +160,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         operators=operators,
         models=models,
         strategy=strategy,
+        concurrent_tasks=r.integer(data.get("concurrent_tasks", 1), "concurrent_tasks", low=1),
         address=None if address is None else r.string(address, "address"),
         search=r.search(data.get("search", {}), "search"),
     )
@@ -342,7 +348,7 @@ def _run_cell(exp: Experiment, item: OperatorItem | ModelItem, hw: str, seed: in
     proto = load_model(item.model, reduced=item.reduced)
     model = tune_model(
         proto, hw, trials, work, strategy=exp.strategy, seed=seed, address=exp.address, config=exp.search,
-        input_shapes=dict(item.input_shapes) or None, layout=item.layout,
+        input_shapes=dict(item.input_shapes) or None, layout=item.layout, concurrent_tasks=exp.concurrent_tasks,
     )  # fmt: skip
     est, measured = model.estimated_latency, model.model_latency
     row.update(

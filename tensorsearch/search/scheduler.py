@@ -24,6 +24,15 @@ rounds and ``w`` its weight (how many times the model runs it)::
 A task none of whose candidates has run yet scores lowest; equal scores are broken at random
 (seeded). A task whose design space has nothing new left, or that has no valid program, stops.
 
+**Several tasks at once.** ``concurrent_tasks=K`` runs the rounds of up to K tasks at the same
+time (a thread each in this process): each has its own search actors, spread over the nodes,
+and its own builds; all time their candidates through the one runner pool, a candidate at a
+time on a node. A round is chosen as above among the tasks not in flight, and the budget counts
+the trials the rounds in flight may still take. While one task's candidates are timed on a node
+another's search and builds may run there: on a cluster, label the nodes that time
+``tensorsearch.role=timing`` and they get no builds nor search actors (:mod:`.measure`). With
+one task at a time (the default), a node never builds nor searches while it times.
+
 **What is shared.** One database (records keyed by task and hardware, as :func:`~.tuner.tune`
 writes them, so ``tune`` and ``compile_model`` read the same records) and one cost model for
 all tasks (each task's latencies normalized by its own best; pre-trained on the records of
@@ -46,6 +55,7 @@ import math
 import os
 import random
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -70,6 +80,7 @@ __all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_mo
 STRATEGIES = ("gradient", "round-robin")
 ALPHA = 0.2  # weight of the backward (measured) gradient against the forward (optimistic) one
 WINDOW = 3  # rounds over which the backward gradient is taken
+STOP_WAIT_S = 30.0  # how long an interrupted run with concurrent tasks waits for its threads to end
 TABLE_COLUMNS = ("#", "task", "weight", "MFLOPs", "trials", "best ms", "weight x best ms", "share", "status")
 
 
@@ -101,6 +112,7 @@ class ModelTuneResult:
     work_dir: Path
     strategy: str
     rounds: list[int] = field(default_factory=list)  # the task index of each round run by this call
+    round_spans: list[tuple[float, float]] = field(default_factory=list)  # each round's start and end (time.time())
 
     def share(self, task: TaskRow) -> float | None:
         """The task's weight x best latency over the estimated model latency (None: unknown)."""
@@ -256,6 +268,7 @@ def tune_model(
     measure_model: bool = True,
     alpha: float = ALPHA,
     window: int = WINDOW,
+    concurrent_tasks: int = 1,
 ) -> ModelTuneResult:
     """Tune every task of ``model`` for ``hardware`` with ``trials`` measurements in all.
 
@@ -264,7 +277,8 @@ def tune_model(
     (see the module docstring). ``measure_model``: when a model (not a task list) is given and
     this machine runs ``hardware``, compile it with the best records and time it at the end.
     ``flush_cache``: time every call after flushing the caches (:class:`~.measure.Measurer`), as
-    a kernel runs inside the model. The other arguments are :func:`~.tuner.tune`'s. The work dir
+    a kernel runs inside the model. ``concurrent_tasks``: how many tasks' rounds run at once (see
+    the module docstring). The other arguments are :func:`~.tuner.tune`'s. The work dir
     is held for the whole run.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -273,6 +287,8 @@ def tune_model(
         raise TuneInputError(f"tune_model: strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
     if not 0.0 <= alpha <= 1.0 or window < 1:
         raise TuneInputError(f"tune_model: alpha must be in [0, 1] and window at least 1, got {alpha}, {window}")
+    if isinstance(concurrent_tasks, bool) or not isinstance(concurrent_tasks, int) or concurrent_tasks < 1:
+        raise TuneInputError(f"tune_model: concurrent_tasks must be a positive integer, got {concurrent_tasks!r}")
     from .measure import resolve_address
 
     t_start = time.perf_counter()
@@ -284,7 +300,7 @@ def tune_model(
 
     with hold_work_dir(work_dir):
         run = _ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
-        run.alpha, run.window, run.t_start = alpha, window, t_start
+        run.alpha, run.window, run.t_start, run.concurrent = alpha, window, t_start, concurrent_tasks
         run.start(transfer)
         run.tune(address, workers, {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache})
         model_latency = None
@@ -315,8 +331,16 @@ class _ModelRun:
         self.cost_model = CostModel(seed=seed)
         self.tasks: list[_TaskState] = []
         self.rounds: list[int] = []
+        self.round_spans: list[tuple[float, float]] = []
         self.curve: list[tuple[int, float]] = []
         self.alpha, self.window, self.t_start = ALPHA, WINDOW, time.perf_counter()
+        self.concurrent = 1  # rounds of this many tasks at once
+        self.lock = threading.RLock()  # the rounds' threads change the state below under it
+        self.changed = threading.Condition(self.lock)  # notified when a round ends
+        # the rounds in flight: task index -> (trials reserved, the task's trials, time.time()) then
+        self.in_flight: dict[int, tuple[int, int, float]] = {}
+        self.stopping = False
+        self._pool: Any = None
         (work_dir / "logs" / "tasks").mkdir(parents=True, exist_ok=True)
         self.log = work_dir / "logs" / "scheduler.log"
 
@@ -390,34 +414,133 @@ class _ModelRun:
         return curve
 
     def tune(self, address: str | None, workers: int | None, measure: dict[str, Any]) -> None:
-        """Run rounds until the budget is spent or no task can go on; then time each tuned task's
-        finalists again together."""
+        """Run rounds until the budget is spent or no task can go on (``concurrent`` tasks at a
+        time); then time each tuned task's finalists again together."""
         from .measure import init_ray, ray_started
 
         if self.done < self.trials:
             if not ray_started():
                 self.stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
             init_ray(address)
-        active = _Active(self.hw, address, workers, measure, self.seed)
+
+        def active() -> _Active:
+            return _Active(self.hw, address, workers, measure, self.pool)
+
         try:
-            while self.done < self.trials:
-                task, why = self.next_task()
-                if task is None:
-                    break
-                evaluator, measurer = active.switch(task, with_evaluator=True)
-                self.run_round(task, why, evaluator, measurer)
-            for task in self.tasks:
-                if task.index in self.rounds and task.search is not None and len(task.search.ok_records) > 1:
-                    self.stage(f"re-timing the fastest candidates of task {task.index} ({task.entry.name})")
-                    _, measurer = active.switch(task, with_evaluator=False)
-                    task.search.retime_finalists(measurer)
-                    task.search.best = task.search.best_latency()
+            if self.concurrent == 1:
+                self.run_rounds(active())
+            else:
+                self.write_log(f"rounds of up to {self.concurrent} tasks at once")
+                self.run_concurrently(active)
+            final = active()
+            try:
+                for task in self.tasks:
+                    if task.index in self.rounds and task.search is not None and len(task.search.ok_records) > 1:
+                        self.stage(f"re-timing the fastest candidates of task {task.index} ({task.entry.name})")
+                        _, measurer = final.switch(task, with_evaluator=False)
+                        task.search.retime_finalists(measurer)
+                        task.search.best = task.search.best_latency()
+            finally:
+                final.close_task()
         finally:
-            active.close()
+            if self._pool is not None:
+                self._pool.close()
+
+    def pool(self) -> Any:
+        """The runners (one per node), started at first use, shared by every thread's measurers."""
+        from .measure import RunnerPool
+
+        with self.lock:
+            if self._pool is None:
+                self._pool = RunnerPool(self.hw, self.seed)
+            return self._pool
+
+    def run_concurrently(self, make_active: Callable[[], _Active]) -> None:
+        """:meth:`run_rounds` in ``concurrent`` threads. An error in one (or Ctrl-C here) stops
+        them all: the rounds in flight end within seconds, keeping what they measured."""
+        errors: list[BaseException] = []
+        actives = [make_active() for _ in range(self.concurrent)]
+
+        def work(active: _Active) -> None:
+            try:
+                self.run_rounds(active)
+            except BaseException as err:  # handed to the caller's thread below
+                if not self.stopping:  # (what stopping makes a thread raise is no error)
+                    errors.append(err)
+                self.stop(actives)
+
+        threads = [
+            threading.Thread(target=work, args=(a,), name=f"tune_model-{k}", daemon=True) for k, a in enumerate(actives)
+        ]
+        for t in threads:
+            t.start()
+        try:
+            for t in threads:
+                while t.is_alive():
+                    t.join(0.5)
+        except BaseException:
+            self.stop(actives)
+            deadline = time.monotonic() + STOP_WAIT_S
+            for t in threads:  # so that no thread uses Ray or the work dir once this returns
+                t.join(max(0.0, deadline - time.monotonic()))
+            raise
+        if errors:
+            raise errors[0]
+
+    def stop(self, actives: Sequence[_Active] = ()) -> None:
+        """Start no new round, and make the rounds in flight end: their measurements and searches
+        raise (MeasureStopped, SearchStopped) within seconds."""
+        with self.changed:
+            self.stopping = True
+            self.changed.notify_all()
+            if self._pool is not None:
+                self._pool.stop()
+        for active in actives:
+            if active.evaluator is not None:
+                active.evaluator.close()
+
+    def run_rounds(self, active: _Active) -> None:
+        """Take rounds (:meth:`reserve`) and run them until none is left for this thread."""
+        try:
+            while (picked := self.reserve()) is not None:
+                task, why, limit = picked
+                try:
+                    evaluator, measurer = active.switch(task, with_evaluator=True)
+                    if self.stopping:
+                        return
+                    self.run_round(task, why, limit, evaluator, measurer)
+                finally:
+                    with self.changed:
+                        del self.in_flight[task.index]
+                        self.changed.notify_all()
+        finally:
+            active.close_task()
+
+    def reserve(self) -> tuple[_TaskState, str, int] | None:
+        """The next round's task, why it was chosen and its trials, marked in flight; None when
+        the budget is spent or no task can go on. Waits while only rounds in flight could change that."""
+        with self.changed:
+            while not self.stopping:
+                left = self.trials - self.done - self.outstanding()
+                task, why = self.next_task() if left > 0 else (None, "")
+                if task is not None:
+                    waiting = sum(1 for t in self.tasks if t.alive and not t.history and t.index not in self.in_flight)
+                    first = max(1, left // max(waiting, 1))
+                    limit = min(self.config.num_trials_per_iter, left if task.history else first)
+                    self.in_flight[task.index] = (limit, task.trials, time.time())
+                    return task, why, limit
+                if not self.in_flight:
+                    return None
+                self.changed.wait(1.0)
+            return None
+
+    def outstanding(self) -> int:
+        """The trials the rounds in flight may still measure."""
+        return sum(max(0, limit - (self.tasks[i].trials - had)) for i, (limit, had, _) in self.in_flight.items())
 
     def next_task(self) -> tuple[_TaskState | None, str]:
         """The task of the next round and why it was chosen (None when no task can go on)."""
-        alive = [t for t in self.tasks if t.alive]
+        alive = [t for t in self.tasks if t.alive and t.index not in self.in_flight]
         if not alive:
             return None, ""
         first = [t for t in alive if not t.history]
@@ -434,22 +557,28 @@ class _ModelRun:
         pick = alive[grads.index(top)]
         return pick, f"largest gradient {top:.3g} s (window {self.window}, alpha {self.alpha})"
 
-    def run_round(self, task: _TaskState, why: str, evaluator: Any, measurer: Any) -> None:
+    def run_round(self, task: _TaskState, why: str, limit: int, evaluator: Any, measurer: Any) -> None:
         search = task.search
         assert search is not None
-        left = self.trials - self.done
-        waiting = sum(1 for t in self.tasks if t.alive and not t.history)
-        limit = min(self.config.num_trials_per_iter, left if task.history else max(1, left // max(waiting, 1)))
-        t0 = time.perf_counter()
+        t0, started = time.perf_counter(), self.in_flight[task.index][2]
         try:
             measured = search.run_round(limit, evaluator, measurer)
         except TuneError as err:
-            task.alive, task.status = False, f"no valid program: {err}".splitlines()[0][:200]
-            task.history.append(math.inf)
-            task.write_log(task.status)
-            self.write_log(f"round {len(self.rounds) + 1}: task {task.index} {task.entry.name}: {task.status}")
+            with self.lock:
+                task.alive, task.status = False, f"no valid program: {err}".splitlines()[0][:200]
+                task.history.append(math.inf)
+                task.write_log(task.status)
+                self.write_log(f"round {len(self.rounds) + 1}: task {task.index} {task.entry.name}: {task.status}")
             return
-        self.rounds.append(task.index)
+        with self.lock:
+            self.rounds.append(task.index)
+            self.round_spans.append((started, time.time()))
+            self.end_round(task, why, measured, t0)
+
+    def end_round(self, task: _TaskState, why: str, measured: int, t0: float) -> None:
+        """Under the lock: whether the task goes on, its history, the logs, the curve, progress."""
+        search = task.search
+        assert search is not None
         if measured == 0:
             task.alive = False
             task.write_log("the design space has nothing new left; the task stops")
@@ -497,7 +626,7 @@ class _ModelRun:
         estimate = self.estimate()
         result = ModelTuneResult(
             rows, list(self.curve), estimate, model_latency, self.done, self.elapsed, self.work_dir, self.strategy,
-            list(self.rounds),
+            list(self.rounds), list(self.round_spans),
         )  # fmt: skip
         _write_outputs(result)
         self.write_log(
@@ -508,32 +637,30 @@ class _ModelRun:
 
 
 class _Active:
-    """The search actors and the runner of the task whose rounds run now (one task at a time)."""
+    """The search actors and the measurer of the task whose rounds a thread runs now (one task
+    at a time); the runners come from the run's shared pool."""
 
     def __init__(
-        self, hw: Hardware, address: str | None, workers: int | None, measure: dict[str, Any], seed: int
+        self, hw: Hardware, address: str | None, workers: int | None, measure: dict[str, Any], pool: Callable[[], Any]
     ) -> None:
         # measure: the Measurer's timeout_s, repeat and flush_cache
-        self.hw, self.address, self.workers, self.measure, self.seed = hw, address, workers, measure, seed
+        self.hw, self.address, self.workers, self.measure, self.pool = hw, address, workers, measure, pool
         self.task: _TaskState | None = None
         self.evaluator: Any = None
         self.measurer: Any = None
-        self.pool: Any = None  # the runners, one per node, shared by every task's measurer
 
     def switch(self, task: _TaskState, with_evaluator: bool) -> tuple[Any, Any]:
         """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
-        from .measure import Measurer, RunnerPool
+        from .measure import Measurer
 
         search = task.search
         assert search is not None
         if self.task is not task:
             self.close_task()
             self.task = task
-            if self.pool is None:
-                self.pool = RunnerPool(self.hw, self.seed)
             self.measurer = Measurer(
-                search.func, self.hw, workload=search.workload, address=self.address, seed=self.seed,
-                reference=task.reference, pool=self.pool, **self.measure,
+                search.func, self.hw, workload=search.workload, address=self.address, seed=self.pool().seed,
+                reference=task.reference, pool=self.pool(), **self.measure,
             )  # fmt: skip
             task.reference = self.measurer.reference
         if with_evaluator and self.evaluator is None:
@@ -545,12 +672,6 @@ class _Active:
             if part is not None:
                 part.close()
         self.task, self.evaluator, self.measurer = None, None, None
-
-    def close(self) -> None:
-        self.close_task()
-        if self.pool is not None:
-            self.pool.close()
-            self.pool = None
 
 
 def _time_model(
