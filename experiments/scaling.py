@@ -2,6 +2,7 @@
 
     python experiments/scaling.py                         # 1, 2, 4 and 8 simulated nodes
     python experiments/scaling.py --nodes 1,8 --build-s 0.5 --run-s 0.25 --batches 2
+    python experiments/scaling.py --nodes 8 --search-s 3 --concurrent 1,2,4   # tune_model's concurrent_tasks
 
 Each point is a fresh ``ray.cluster_utils.Cluster`` of N one-CPU nodes on this machine. The
 measuring pipeline is ours (:class:`~tensorsearch.search.measure.Measurer`: builds as Ray tasks,
@@ -17,6 +18,12 @@ the cold batch's seconds are reported beside it. Linear scaling is N times the o
 shows what Ray's scheduling and our driver's dispatch cost as nodes are added (target: at least
 0.8 of linear at 8 nodes). The search (proposing candidates) is left out: on two real cores it
 cannot scale with simulated nodes.
+
+``--search-s S --concurrent K,...`` measures what ``tune_model(concurrent_tasks=K)`` is for: each
+batch becomes a round, a search stand-in (the driver sleeps ``S`` seconds, while the cluster
+would otherwise idle) then the batch measured, and K threads run such rounds at once, each with
+its own Measurer and all sharing one runner pool, as the model scheduler's concurrent tasks do.
+A point is then (nodes, K), its candidates K x batches x batch.
 
 Writes scaling.csv, scaling.md and scaling.png to the out dir (default results/scaling/,
 git-ignored; experiments/outputs.py).
@@ -36,6 +43,7 @@ import outputs
 
 FIELDS = [
     "nodes",
+    "concurrent",
     "cold_batch_s",
     "candidates",
     "seconds",
@@ -64,7 +72,7 @@ def _standins(build_s: float, run_s: float):
             time.sleep(run_s / 5)
             return self._reply(error=None, first=run_s / 5)
 
-        def time(self, number, repeat, min_repeat_ms):
+        def time(self, number, repeat, min_repeat_ms, flush_cache=False):
             time.sleep(run_s * 4 / 5)
             return self._reply(error=None, latencies=[run_s] * repeat)
 
@@ -73,8 +81,28 @@ def _standins(build_s: float, run_s: float):
     return remote_build, remote_runner
 
 
-def point(nodes: int, args) -> dict:
-    """Measure ``args.batches`` batches on a fresh cluster of ``nodes`` one-CPU nodes."""
+def _rounds(measurers: list, funcs: list, rounds: int, search_s: float) -> list:
+    """``rounds`` rounds (a search stand-in, then a batch) in a thread per measurer, at once."""
+    import threading
+
+    results: list = []
+
+    def work(m) -> None:
+        for _ in range(rounds):
+            time.sleep(search_s)
+            results.extend(m.measure(funcs))
+
+    threads = [threading.Thread(target=work, args=(m,)) for m in measurers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return results
+
+
+def point(nodes: int, concurrent: int, args) -> dict:
+    """Measure ``args.batches`` rounds in each of ``concurrent`` threads on a fresh cluster of
+    ``nodes`` one-CPU nodes."""
     import ray
     from ray.cluster_utils import Cluster
 
@@ -97,8 +125,12 @@ def point(nodes: int, args) -> dict:
             t0 = time.perf_counter()
             cold = m.measure(funcs)
             cold_s = time.perf_counter() - t0
+            more = [
+                measure.Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=m.pool)
+                for _ in range(concurrent - 1)
+            ]
             t0 = time.perf_counter()
-            results = [r for _ in range(args.batches) for r in m.measure(funcs)]
+            results = _rounds([m, *more], funcs, args.batches, args.search_s)
             seconds = time.perf_counter() - t0
     finally:
         ray.shutdown()
@@ -108,6 +140,7 @@ def point(nodes: int, args) -> dict:
     rate = count / seconds
     return {
         "nodes": nodes,
+        "concurrent": concurrent,
         "cold_batch_s": round(cold_s, 2),
         "candidates": count,
         "seconds": round(seconds, 2),
@@ -129,13 +162,15 @@ def write(rows: list[dict], out: Path, cmd: str, args) -> list[str]:
     lines = [
         "# Measurement throughput against cluster size (stand-in builds and runs)",
         "",
-        f"`{cmd}`; builds {args.build_s} s, runs {args.run_s} s, {args.batches} x {args.batch} candidates a point after a warm-up batch; "
+        f"`{cmd}`; builds {args.build_s} s, runs {args.run_s} s, {args.batches} x {args.batch} candidates a point "
+        f"(a thread) after a warm-up batch, search stand-in {args.search_s} s a round; "
         f"{os.cpu_count()} CPUs here, nodes simulated with ray.cluster_utils.Cluster.",
         "",
         format_markdown_table(
             [[r[k] for k in FIELDS] for r in rows],
             [
                 "nodes",
+                "concurrent rounds",
                 "cold first batch s",
                 "candidates",
                 "seconds",
@@ -153,12 +188,24 @@ def write(rows: list[dict], out: Path, cmd: str, args) -> list[str]:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(5, 3.5))
-    ns = [r["nodes"] for r in rows]
-    ax.plot(ns, [r["trials_per_s"] for r in rows], "o-", label="measured")
-    ax.plot(ns, [r["linear_trials_per_s"] for r in rows], "--", color="gray", label="linear")
-    ax.set_xlabel("nodes")
+    ns = sorted({r["nodes"] for r in rows})
+    if len(ns) == 1 < len(rows):  # one cluster size: trials/s against rounds at once
+        ks = [r["concurrent"] for r in rows]
+        ax.plot(ks, [r["trials_per_s"] for r in rows], "o-", label="measured")
+        ax.axhline(rows[0]["linear_trials_per_s"], ls="--", color="gray", label="linear (builds and runs only)")
+        ax.set_xlabel(f"rounds at once ({ns[0]} nodes)")
+        ax.set_xticks(ks)
+        ax.set_ylim(bottom=0)
+    else:
+        for k in sorted({r["concurrent"] for r in rows}):
+            mine = [r for r in rows if r["concurrent"] == k]
+            label = "measured" if k == 1 else f"{k} rounds at once"
+            ax.plot([r["nodes"] for r in mine], [r["trials_per_s"] for r in mine], "o-", label=label)
+        linear = {r["nodes"]: r["linear_trials_per_s"] for r in rows}
+        ax.plot(ns, [linear[n] for n in ns], "--", color="gray", label="linear")
+        ax.set_xlabel("nodes")
+        ax.set_xticks(ns)
     ax.set_ylabel("trials per second")
-    ax.set_xticks(ns)
     ax.legend()
     fig.tight_layout()
     fig.savefig(out / "scaling.png", dpi=120)
@@ -173,6 +220,8 @@ def main() -> None:
     parser.add_argument("--run-s", type=float, default=0.25, help="seconds a stand-in check and timing take (0.25)")
     parser.add_argument("--batch", type=int, default=64, help="candidates a batch (default 64, the tuner's round)")
     parser.add_argument("--batches", type=int, default=2, help="batches a point (default 2)")
+    parser.add_argument("--search-s", type=float, default=0.0, help="seconds a search stand-in takes a round (0)")
+    parser.add_argument("--concurrent", default="1", help="rounds at once (threads), comma-separated (default 1)")
     outputs.add_arguments(parser, "scaling")
     args = parser.parse_args()
     out = outputs.outputs(args, "scaling")
@@ -181,8 +230,10 @@ def main() -> None:
     warnings.simplefilter("ignore")
     rows = []
     for n in (int(x) for x in args.nodes.split(",")):
-        rows.append(point(n, args))
-        print(f"{n} node(s): {rows[-1]['trials_per_s']} trials/s, {rows[-1]['of_linear']} of linear", flush=True)
+        for k in (int(x) for x in args.concurrent.split(",")):
+            rows.append(point(n, k, args))
+            r = rows[-1]
+            print(f"{n} node(s), {k} at once: {r['trials_per_s']} trials/s, {r['of_linear']} of linear", flush=True)
     out.wrote(write(rows, out.out, " ".join(["python", *sys.argv]), args))
 
 
