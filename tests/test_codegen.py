@@ -315,6 +315,41 @@ def f(A: T.Buffer((16,), "float32"), B: T.Buffer((128,), "float32"), H: T.Buffer
     np.testing.assert_allclose(got[3].astype("float32"), want[3].astype("float32"), rtol=1e-3)
 
 
+def test_float32_exp_and_erf_are_inline_polynomials_within_a_few_ulp():
+    """No libm call a lane (LLVM would scalarize llvm.exp.v16f32 into 16 calls of expf)."""
+    import math
+
+    src = """
+@T.prim_func
+def f(A: T.Buffer((4096,), "float32"), E: T.Buffer((4096,), "float32"), R: T.Buffer((4096,), "float32"), S: T.Buffer((128,), "float32")):
+    for i in T.serial(256):
+        E[T.Ramp(i * 16, 1, 16)] = T.exp(A[T.Ramp(i * 16, 1, 16)])
+        R[T.Ramp(i * 16, 1, 16)] = T.erf(A[T.Ramp(i * 16, 1, 16)])
+    for i in T.serial(64):
+        S[i] = T.exp(A[i])
+        S[i + 64] = T.erf(A[i])
+"""
+    text = cg.generate(lower(parse(src)), "host")
+    assert not re.search(r"@(expf|erff|exp|erf)\b|llvm\.exp", text)
+    mod = build(parse(src))
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, 100.0, -200.0, 88.7, -87.3, -100.0, 1e-30, 4.5]
+    for seed, (low, high) in enumerate([(-110.0, 90.0), (-6.0, 6.0), (-0.01, 0.01)]):
+        a = np.random.default_rng(seed).uniform(low, high, 4096).astype(np.float32)
+        a[: len(specials)] = specials
+        e, r, s = np.zeros(4096, np.float32), np.zeros(4096, np.float32), np.zeros(128, np.float32)
+        mod(a, e, r, s)
+        np.testing.assert_array_equal(s, np.concatenate([e[:64], r[:64]]))  # one lane or sixteen alike
+        with np.errstate(over="ignore"):
+            exact = np.exp(a.astype(np.float64))
+        normal = (exact > np.finfo(np.float32).tiny) & (exact < np.finfo(np.float32).max)
+        ulps = np.abs(e[normal] - exact[normal]) / np.spacing(exact[normal].astype(np.float32))
+        assert ulps.max() <= 2, ulps.max()
+        np.testing.assert_allclose(r, np.vectorize(math.erf)(a.astype(np.float64)), rtol=0, atol=5e-7)
+        np.testing.assert_array_equal(e[:7], [1.0, 1.0, np.inf, 0.0, np.nan, np.inf, 0.0])
+        np.testing.assert_array_equal(r[:5], [0.0, -0.0, 1.0, -1.0, np.nan])
+        assert np.signbit(r[1]) and 0 < e[9] < np.finfo(np.float32).tiny  # exp(-100) subnormal, not flushed
+
+
 def test_casts():
     src = """
 @T.prim_func

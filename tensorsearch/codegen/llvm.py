@@ -73,6 +73,7 @@ from ..ir.stmt import (
 )
 from ..target import Hardware, resolve
 from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intrinsics
+from . import fastmath
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # non-global constant-size buffers up to this size go on the stack
@@ -1115,13 +1116,14 @@ class _CodeGen:
     def _float_math(self, op: str, args: list[ir.Value], t: ir.Type) -> ir.Value:
         b = self.b
         one = ir.Constant(t, 1.0) if not isinstance(t, ir.VectorType) else ir.Constant(t, [1.0] * t.count)
+        if op in ("exp", "erf") and len(args) == 1 and fastmath.is_f32(t):  # vectorizable, no libm call a lane
+            return (fastmath.exp_f32 if op == "exp" else fastmath.erf_f32)(b, self.call_intrinsic, args[0])
         if op in _FLOAT_INTRINSICS and len(args) == (2 if op in ("pow", "power") else 1):
             return self.call_intrinsic(_FLOAT_INTRINSICS[op], args)
         if op == "rsqrt" and len(args) == 1:
             return b.fdiv(one, self.call_intrinsic("llvm.sqrt", args))
         if op == "sigmoid" and len(args) == 1:
-            neg = b.fneg(args[0])
-            return b.fdiv(one, b.fadd(one, self.call_intrinsic("llvm.exp", [neg])))
+            return b.fdiv(one, b.fadd(one, self._float_math("exp", [b.fneg(args[0])], t)))
         if op == "fmod" and len(args) == 2:
             return b.frem(args[0], args[1])
         if op in _LIBM and len(args) == 1:
