@@ -119,10 +119,10 @@ class _Worker:
 
 
 def _spread(workers: int | None) -> list[str]:
-    """``workers`` node ids (None: as many as those nodes have CPUs), one per CPU of the alive nodes taken in turn (node A's first CPU, node
-    B's first, ..., then the second ones), so the actors cover every node but those set apart for
-    timing (``measure.work_nodes``). Ray's ``SPREAD`` strategy is best effort: for actors that
-    hold no CPU it put two of three on one node."""
+    """``workers`` node ids (None: as many as the nodes have CPUs), one per CPU of the alive nodes
+    taken in turn (node A's first CPU, node B's first, ..., then the second ones), so the actors
+    cover every node but those set apart for timing (``measure.work_nodes``). Ray's ``SPREAD``
+    strategy is best effort: for actors that hold no CPU it put two of three on one node."""
     import ray
 
     from .measure import work_nodes
