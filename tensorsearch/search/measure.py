@@ -19,8 +19,8 @@ How a batch is measured (:meth:`Measurer.measure`):
 2. **Run.** Each alive node with CPUs gets one runner actor (:class:`RunnerPool`), pinned there
    (hard node affinity), shared by every task of a run. It holds no Ray CPU (so builds can
    still be scheduled) but owns the node's CPUs for timing by protocol: the driver sends one
-   candidate at a time to each runner and waits for it, and no build runs while timing, so
-   timings never overlap on a node (each result keeps its node and the wall-clock start and end
+   candidate at a time to each runner and waits for it, and no build of its batch runs while
+   timing, so timings never overlap on a node (each result keeps its node and the wall-clock start and end
    of its check and timing). Runners of different nodes measure different candidates in
    parallel. A runner reports its node's triple and CPU features when it starts; a node that
    cannot run the descriptor's code is not used (one warning); nor is one whose
