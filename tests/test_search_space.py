@@ -109,6 +109,40 @@ def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
     assert {ForKind.PARALLEL, ForKind.VECTORIZED} <= seen_kinds
 
 
+def test_a_prime_extent_is_padded_in_a_forked_space():
+    """197 (ViT's tokens) tiles only as 1 or 197: a second set of spaces pads the output's rows to
+    200 (a multiple of 8) and its columns to 208 (of the 16 float32 lanes) before tiling."""
+    wl = workloads.make("GMM", (1, 197, 197, 64), "float32")
+    space = DesignSpace(wl.func, HOST)
+    pads = [dict(i.args)["padding"] for t in space.traces for i in t.insts if i.kind.name == "pad_einsum"]
+    assert len(space.traces) == 9 and pads == [[1, 8, 16, 1]] * 6  # Y[k, j] packs into panels once padded
+    padded = next(k for k, t in enumerate(space.traces) if "pad_einsum" in _inst_names(t))
+    rng, nprng = random.Random(1), np.random.default_rng(2)
+    for _ in range(3):
+        cand = space.sample_space(padded, rng.randrange(1 << 30))
+        assert cand is not None
+        shapes = {b.name: [d.value for d in b.shape] for b in _buffers(cand.func)}
+        assert shapes["Z_pad"] == [1, 200, 208] and shapes["Y_pad"][-1] == 208
+        _check_runs(wl, cand.func, nprng)
+    # extents that tile well, or padding that would add more than an eighth: no padded space
+    assert not any(
+        "pad_einsum" in _inst_names(t)
+        for t in DesignSpace(workloads.make("GMM", (1, 64, 32, 48), "float32").func, HOST).traces
+    )
+    assert not any(
+        "pad_einsum" in _inst_names(t)
+        for t in DesignSpace(workloads.make("GMM", (1, 23, 17, 16), "float32").func, HOST).traces
+    )
+
+
+def _buffers(func):
+    out = []
+    for loc in walk_stmts(func.body):
+        if isinstance(loc.node, Block):
+            out.extend(loc.node.alloc_buffers)
+    return out
+
+
 def test_postprocessing_equals_the_same_primitives_by_hand():
     wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
     rules = [

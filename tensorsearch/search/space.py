@@ -290,6 +290,7 @@ class MultiLevelTiling(ScheduleRule):
         "cache_write_scope": "global",
         "cache_write_optional": True,
         "pack_reads": True,
+        "pad_awkward": True,
     }
 
     def __init__(self, vector_bits: int = 0, **params: Any) -> None:
@@ -322,12 +323,49 @@ class MultiLevelTiling(ScheduleRule):
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         if not self.applies(sch, block):
             return [sch]
-        spaces = self.tile(sch.copy(), block)
-        if self.config["pack_reads"] and self.vector_bits:
-            packed = sch.copy()
-            if self._pack_reads(packed, block):
-                spaces += self.tile(packed, block)
+        variants = [sch]
+        if self.config["pad_awkward"] and self.vector_bits:
+            padded = self._pad_awkward(sch.copy(), block)
+            variants += [padded] if padded is not None else []
+        spaces = []
+        for variant in variants:
+            spaces += self.tile(variant.copy(), block)
+            if self.config["pack_reads"] and self.vector_bits:
+                packed = variant.copy()
+                if self._pack_reads(packed, block):
+                    spaces += self.tile(packed, block)
         return spaces
+
+    def _pad_awkward(self, sch: Schedule, block: BlockRV) -> Schedule | None:
+        """``sch`` with the block's iteration space padded (``pad_einsum``) where an extent tiles
+        badly, or None when none does (or padding is refused). Tiles are divisors, so a prime
+        extent (ViT's 197 tokens) leaves tiles of 1 or all: the last spatial iterator (the vector
+        one) is padded to a multiple of the vector lanes, any other extent above 8 with no divisor
+        from 2 to 8 to a multiple of 8, when that adds at most an eighth of the iterations.
+
+        Before (``197 x 197 x 64``)::   for i, j, k in T.grid(197, 197, 64): C[i, j] += A[i, k] * B[k, j]
+        After (float32, 16 lanes)::     A_pad, B_pad copies; for i, j, k in T.grid(200, 208, 64): C_pad ...; C copy
+        """
+        blk = sch.get(block)
+        lanes = max(1, self.vector_bits // blk.writes[0].buffer.dtype.bits) if blk.writes else 1
+        spatial = [iv for iv in blk.iter_vars if iv.iter_type == IterType.SPATIAL]
+        pads, before, after = [], 1, 1
+        for iv in blk.iter_vars:
+            extent = iv.dom.extent.value if isinstance(iv.dom.extent, IntImm) else 1
+            multiple = 1
+            if spatial and iv is spatial[-1] and extent > lanes and extent % lanes:
+                multiple = lanes
+            elif extent > 8 and not any(extent % d == 0 for d in range(2, 9)):
+                multiple = 8
+            pads.append(multiple)
+            before, after = before * extent, after * -(-extent // multiple) * multiple
+        if after == before or after > before * 9 // 8:
+            return None
+        try:
+            sch.pad_einsum(block, pads)
+        except ScheduleError:
+            return None
+        return sch
 
     def _pack_reads(self, sch: Schedule, block: BlockRV) -> bool:
         """Stage each read whose last dimension is a spatial iterator of the output and whose other
