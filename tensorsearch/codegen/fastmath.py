@@ -69,7 +69,7 @@ def _ints(t: ir.Type) -> ir.Type:
     return ir.VectorType(I32, t.count) if isinstance(t, ir.VectorType) else I32
 
 
-def _horner(b: ir.IRBuilder, call: Intrinsic, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
+def _horner(call: Intrinsic, x: ir.Value, coefficients: tuple[float, ...]) -> ir.Value:
     """c0 x^(n-1) + c1 x^(n-2) + ... + c(n-1), by fused multiply-adds."""
     t = x.type
     acc = _const(t, coefficients[0])
@@ -99,7 +99,7 @@ def exp_f32(b: ir.IRBuilder, call: Intrinsic, x: ir.Value) -> ir.Value:
     n = call("llvm.floor", [call("llvm.fmuladd", [xc, _const(t, _LOG2E), _const(t, 0.5)])])
     r = call("llvm.fmuladd", [n, _const(t, -_LN2_HI), xc])
     r = call("llvm.fmuladd", [n, _const(t, -_LN2_LO), r])
-    p = _horner(b, call, r, _EXP_POLY)
+    p = _horner(call, r, _EXP_POLY)
     y = b.fadd(call("llvm.fmuladd", [p, b.fmul(r, r), r]), _const(t, 1.0))
     half = call("llvm.floor", [b.fmul(n, _const(t, 0.5))])  # n = half + (n - half), each in range
     y = b.fmul(b.fmul(y, _pow2(b, half)), _pow2(b, b.fsub(n, half)))
@@ -112,6 +112,6 @@ def erf_f32(b: ir.IRBuilder, call: Intrinsic, x: ir.Value) -> ir.Value:
     """erf(x) for float32 ``x`` (a value or a vector), see the module docstring."""
     xc = _clamp(b, x, -4.0, 4.0)
     x2 = b.fmul(xc, xc)
-    p = b.fmul(_horner(b, call, x2, _ERF_P), xc)
-    q = _horner(b, call, x2, _ERF_Q)
+    p = b.fmul(_horner(call, x2, _ERF_P), xc)
+    q = _horner(call, x2, _ERF_Q)
     return b.fdiv(p, q)

@@ -213,14 +213,11 @@ def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
                 sidecar = f.read()
     except Exception as e:
         return {"error": "build: " + _short(e), "seconds": time.perf_counter() - t0}
-    built = {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "node": _node_id()}
-    return {**built, "seconds": time.perf_counter() - t0}
-
-
-def _node_id() -> str | None:
     import ray
 
-    return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    node = ray.get_runtime_context().get_node_id()  # a Ray task's: builds run nowhere else
+    built = {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "node": node}
+    return {**built, "seconds": time.perf_counter() - t0}
 
 
 def work_nodes(nodes: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
