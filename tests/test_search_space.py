@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import tensorsearch as ts
-from tensorsearch import hardware, workloads
-from tensorsearch.ir import Block, ForKind, structural_equal
+from tensorsearch import hardware, te, workloads
+from tensorsearch.ir import Block, ForKind, Max, const, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.schedule.tree import walk_stmts
 from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
@@ -107,6 +107,53 @@ def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
         assert structural_equal(sch.func, cand.func)
     assert len(keys) > 1
     assert {ForKind.PARALLEL, ForKind.VECTORIZED} <= seen_kinds
+
+
+def _gemm_bias_relu(n=48, m=32, k=24):
+    A = te.placeholder((n, k), "float32", name="A")
+    B = te.placeholder((k, m), "float32", name="B")
+    bias = te.placeholder((m,), "float32", name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    D = te.compute((n, m), lambda i, j: C[i, j] + bias[j], name="D")
+    E = te.compute((n, m), lambda i, j: Max(D[i, j], const(0.0, "float32")), name="E")
+    return te.create_prim_func([A, B, bias, E], name="gemm_bias_relu")
+
+
+def test_an_elementwise_epilogue_is_computed_under_the_tile_in_place_of_a_write_cache():
+    # TVM's ReuseType::kMayReuse: the epilogue (bias + relu, one block once D is inlined into E)
+    # is the write cache: reverse_compute_at under level 1 or 2, no cache_write copy, so the
+    # output tile gets its bias and relu while it is in cache
+    func = _gemm_bias_relu()
+    space = DesignSpace(func, HOST, rules=[r for r in rules_for(HOST) if r.name != "MultiLevelTilingWithIntrin"])
+    assert not any("cache_write" in _inst_names(t) for t in space.traces)
+    fused = [t for t in space.traces if "reverse_compute_at" in _inst_names(t)]
+    assert len(fused) == 2 * len(space.traces) // 3  # levels 1 and 2 beside the unfused space, packed or not
+    rng = random.Random(0)
+    nprng = np.random.default_rng(7)
+    a, b, bias = (nprng.standard_normal(s).astype(np.float32) for s in ((48, 24), (24, 32), (32,)))
+    checked = 0
+    for _ in range(8):
+        cand = space.sample(rng)
+        if cand is None or "reverse_compute_at" not in _inst_names(cand.trace):
+            continue
+        loops_above = {
+            loc.node.name: len(loc.path) for loc in walk_stmts(cand.func.body) if isinstance(loc.node, Block)
+        }
+        assert loops_above["D"] > loops_above["root"] + 1  # under the tile's loops, not beside them
+        out = nprng.uniform(-9, 9, size=(48, 32)).astype(np.float32)  # garbage, not zeros
+        ts.build(cand.func)(a, b, bias, out)
+        np.testing.assert_allclose(out, np.maximum(a @ b + bias, 0), rtol=1e-5, atol=1e-5)
+        checked += 1
+    assert checked >= 2
+    # a batch of one read back as the constant 0 (as the ONNX lowering's broadcasts do) still matches
+    A = te.placeholder((1, 8, 4), "float32", name="A")
+    B = te.placeholder((4, 16), "float32", name="B")
+    r = te.reduce_axis((0, 4), name="k")
+    C = te.compute((1, 8, 16), lambda b, i, j: te.sum(A[b, i, r] * B[r, j], axis=r), name="C")
+    D = te.compute((1, 8, 16), lambda b, i, j: C[0, i, j] + A[0, i, 0], name="D")
+    batched = DesignSpace(te.create_prim_func([A, B, D]), HOST, rules=space.rules)
+    assert any("reverse_compute_at" in _inst_names(t) for t in batched.traces)
 
 
 def test_a_prime_extent_is_padded_in_a_forked_space():

@@ -23,7 +23,8 @@ The rules (TVM names, CPU defaults; a hardware YAML may list them with parameter
   Python, the candidates are whatever the YAML lists;
 * ``MultiLevelTiling``: structure ``SSRSRS``: each spatial loop split in 4 by
   ``sample_perfect_tile``, each reduction loop in 2, reordered ``S0 S1 R0 S2 R1 S3``; optionally a
-  write cache (``cache_write`` + ``reverse_compute_at`` under level 1 or 2), one space each;
+  write cache (``cache_write`` + ``reverse_compute_at`` under level 1 or 2, or the block's
+  element-wise epilogue computed there instead), one space each;
 * ``ParallelizeVectorizeUnroll``: annotates the root block with the parallel extent, the
   vectorize extent and a sampled unroll step, rewritten into primitives by the postprocessor;
 * ``RandomComputeLocation``: a block no rule tiled is computed at a sampled loop of its consumer.
@@ -106,6 +107,46 @@ def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
     """Whether the block is the inner block of a tile marked for tensorization."""
     path = sch._block(block).path
     return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
+
+
+def _unit(extent: Any) -> bool:
+    return isinstance(extent, IntImm) and extent.value == 1
+
+
+def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
+    """The block's one consumer when it is an epilogue that can serve as its write cache (TVM's
+    ``ReuseType::kMayReuse`` with an element-wise match): a spatial block, its loops bound one
+    to one, that reads the block's output only at its own iterators and writes a buffer of the
+    same shape. Computed under a tile, it applies bias, activation or requantization to the tile
+    while it is in cache, instead of re-reading the whole output afterwards. None otherwise."""
+    from ..ir import BufferLoad
+
+    try:
+        consumers = sch.get_consumers(block)
+    except ScheduleError:
+        return None
+    if len(consumers) != 1 or _is_reduction(sch, consumers[0]) or not _trivially_bound(sch, consumers[0]):
+        return None
+    blk, epi = sch.get(block), sch.get(consumers[0])
+    if len(blk.writes) != 1 or len(epi.writes) != 1:
+        return None
+    out = blk.writes[0].buffer
+    if tuple(out.shape) != tuple(epi.writes[0].buffer.shape):
+        return None
+    if len(epi.iter_vars) != len(out.shape):
+        return None
+
+    def at_own_point(load: BufferLoad) -> bool:  # a unit iterator may be read as the constant 0
+        return all(
+            index == iv.var or (isinstance(index, IntImm) and index.value == 0 and _unit(iv.dom.extent))
+            for index, iv in zip(load.indices, epi.iter_vars, strict=True)
+        )
+
+    loads: list[BufferLoad] = []
+    post_order_visit(epi.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) and n.buffer == out else None)
+    if not loads or not all(at_own_point(ld) for ld in loads):
+        return None
+    return consumers[0]
 
 
 def _has_select(block: Block) -> bool:
@@ -441,6 +482,7 @@ class MultiLevelTiling(ScheduleRule):
         spaces = [sch] if self.config["cache_write_optional"] else []
         if not self.config["cache_write_levels"]:
             return spaces or [sch]
+        epilogue = _elementwise_consumer(sch, block)
         for level in self.config["cache_write_levels"]:
             fork = sch.copy()
             anchor_group = groups[s_levels[level - 1]]
@@ -448,7 +490,7 @@ class MultiLevelTiling(ScheduleRule):
             if anchor is None:
                 continue
             try:
-                cw = fork.cache_write(block, 0, self.config["cache_write_scope"])
+                cw = epilogue or fork.cache_write(block, 0, self.config["cache_write_scope"])
                 fork.reverse_compute_at(cw, anchor, preserve_unit_loops=True)
             except ScheduleError:
                 continue
