@@ -372,7 +372,7 @@ def test_allocate_stack_and_heap():
     src = """
 @T.prim_func
 def f(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
-    with T.allocate((64,), "float32", scope="global") as G:
+    with T.allocate((65600,), "float32", scope="global") as G:
         for i in T.serial(64):
             G[i] = A[i] + T.float32(1.0)
         for i in T.serial(4):
@@ -386,7 +386,9 @@ def f(A: T.Buffer((64,), "float32"), B: T.Buffer((64,), "float32")):
     got, want = run_both(src, a, np.zeros(64, "float32"))
     np.testing.assert_array_equal(got[1], want[1])
     text = cg.generate(parse(src))
+    # over 256 KiB on the heap, small ones on the stack whatever their scope
     assert "aligned_alloc" in text and "alloca float, i64 16" in text
+    assert "alloca float, i64 65600" not in text
     assert "llvm.loop.unroll.full" in text and "distinct" in text
 
 

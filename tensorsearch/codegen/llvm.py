@@ -76,7 +76,7 @@ from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intri
 from . import fastmath
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
-STACK_LIMIT_BYTES = 256 * 1024  # non-global constant-size buffers up to this size go on the stack
+STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)
 
 
 class CodegenError(ValueError):
@@ -548,7 +548,7 @@ class _CodeGen:
             n_const = n_const * d.value if isinstance(d, IntImm) and n_const is not None else None
             size = d if size is None else size * d
         nbytes_const = None if n_const is None else n_const * buf.dtype.bytes
-        on_stack = buf.scope != "global" and nbytes_const is not None and nbytes_const <= STACK_LIMIT_BYTES
+        on_stack = nbytes_const is not None and nbytes_const <= STACK_LIMIT_BYTES
         saved = self.fn.bufs.get(buf)
         if on_stack:
             ptr = self.entry_alloca(st, buf.name, align=64, count=max(n_const, 1))

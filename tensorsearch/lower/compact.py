@@ -13,7 +13,11 @@ accesses of its buffer and shrinks the buffer to the region those accesses touch
 A small local accumulator then becomes a constant-size stack buffer that LLVM promotes to
 registers. The allocation only moves into a ``SERIAL`` or ``PARALLEL`` loop when the regions
 touched by different iterations are provably disjoint (then no value flows from one iteration
-to the next, so a fresh buffer per iteration computes the same values); never into
+to the next, so a fresh buffer per iteration computes the same values), or when the loop is
+``PARALLEL``: its iterations are independent (the ``parallel`` primitive's condition), and every
+access of the buffer is inside it, so an iteration reads only what it wrote itself (a stage
+``compute_at`` a tile computes the region that tile reads). That is how a tile of a fused loop
+(``h_0 * 7 + w_0``, whose consecutive regions overlap in ``h``) gets its own small buffer. Never into
 ``VECTORIZED``/``UNROLLED`` loops (which would duplicate it or keep the loop from being
 vectorized), conditionals or other loops. A dimension whose touched extent is not a constant
 keeps its full extent; buffers with explicit strides or offsets (``storage_align``) stay as
@@ -208,7 +212,11 @@ def _place(buf: Buffer, stmt: Stmt, dom: dict[Var, Any]) -> Stmt:
             return SeqStmt(tuple(stmts))
     elif isinstance(stmt, Allocate):
         return Allocate(stmt.buffer, _place(buf, stmt.body, dom))
-    elif isinstance(stmt, For) and stmt.kind in _DESCEND_KINDS and _disjoint(buf, stmt, dom):
+    elif (
+        isinstance(stmt, For)
+        and stmt.kind in _DESCEND_KINDS
+        and (stmt.kind == ForKind.PARALLEL or _disjoint(buf, stmt, dom))
+    ):
         inner = dict(dom)
         inner[stmt.loop_var] = Range(stmt.min, stmt.extent)
         body = _place(buf, stmt.body, inner)
