@@ -21,7 +21,8 @@ sys.path.insert(0, str(EXPERIMENTS))
 import outputs  # noqa: E402
 
 SCRIPTS = [
-    "bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "e2e", "e2e_untuned", "gpu_ops", "scaling", "tune_ops", "vs_tvm",
+    "bench_candidates", "bench_manual_gemm", "bench_vnni_gemm", "e2e", "e2e_untuned", "gpu_ops", "profile_model",
+    "scaling", "tune_ops", "vs_tvm",
 ]  # fmt: skip
 
 
