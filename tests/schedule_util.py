@@ -55,3 +55,20 @@ def check_same_results(before: PrimFunc, after: PrimFunc, rtol: float = 1e-5, at
             np.testing.assert_allclose(g, e, rtol=rtol, atol=atol, err_msg=f"buffer {buf.name}")
         else:
             np.testing.assert_array_equal(g, e, err_msg=f"buffer {buf.name}")
+
+
+def gemm_bias(n: int, m: int, k: int, relu: bool = False) -> PrimFunc:
+    """``E = max(A @ B + bias, 0)`` (or without the max) in blocks C (the product), D (+ bias), E."""
+    from tensorsearch import te
+    from tensorsearch.ir import Max, const
+
+    A = te.placeholder((n, k), "float32", name="A")
+    B = te.placeholder((k, m), "float32", name="B")
+    bias = te.placeholder((m,), "float32", name="bias")
+    r = te.reduce_axis((0, k), name="k")
+    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
+    D = te.compute((n, m), lambda i, j: C[i, j] + bias[j], name="D")
+    if not relu:
+        return te.create_prim_func([A, B, bias, D])
+    E = te.compute((n, m), lambda i, j: Max(D[i, j], const(0.0, "float32")), name="E")
+    return te.create_prim_func([A, B, bias, E])

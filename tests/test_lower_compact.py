@@ -13,6 +13,7 @@ from tensorsearch.target import resolve
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "experiments"))
 from bench_manual_gemm import schedule_gemm
+from schedule_util import gemm_bias
 
 
 def _allocations(func):
@@ -49,31 +50,25 @@ def test_compacted_gemm_is_exact_and_fp_contract_is_opt_in():
     np.testing.assert_allclose(z2, expected, rtol=1e-5, atol=1e-5)
 
 
-def _gemm_bias(n=32, m=48, k=16):
-    from tensorsearch import te
-
-    A = te.placeholder((n, k), "float32", name="A")
-    B = te.placeholder((k, m), "float32", name="B")
-    bias = te.placeholder((m,), "float32", name="bias")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    D = te.compute((n, m), lambda i, j: C[i, j] + bias[j], name="D")
-    return te.create_prim_func([A, B, bias, D])
+def _tiled(parallel: bool):
+    """C tiled 8 x 16 with its epilogue D at the loop fused of the two tile loops."""
+    sch = ts.Schedule(gemm_bias(32, 48, 16))
+    i, j, _ = sch.get_loops(sch.get_block("C"))
+    i0, i1 = sch.split(i, [None, 8])
+    j0, j1 = sch.split(j, [None, 16])
+    sch.reorder([i0, j0, i1, j1])
+    fused = sch.fuse([i0, j0])
+    sch.reverse_compute_at(sch.get_block("D"), fused)
+    if parallel:
+        sch.parallel(fused)
+    return sch
 
 
 def test_a_tile_of_a_fused_parallel_loop_gets_its_own_small_buffer():
     # C's tile and its epilogue both under a parallel loop fused of i_0 and j_0: consecutive
     # iterations' regions overlap in i (same i_0), so only the loop being parallel (independent
     # iterations) lets C move in; it shrinks to one 8 x 16 tile, on the stack of its thread
-    sch = ts.Schedule(_gemm_bias())
-    c = sch.get_block("C")
-    i, j, _ = sch.get_loops(c)
-    i0, i1 = sch.split(i, [None, 8])
-    j0, j1 = sch.split(j, [None, 16])
-    sch.reorder([i0, j0, i1, j1])
-    fused = sch.fuse([i0, j0])
-    sch.reverse_compute_at(sch.get_block("D"), fused)
-    sch.parallel(fused)
+    sch = _tiled(parallel=True)
     allocs = _allocations(lower(sch.func))
     assert [int(s.value) for s in allocs["C"].shape] == [8 * 16]
     mod = ts.build(sch.func)
@@ -84,11 +79,4 @@ def test_a_tile_of_a_fused_parallel_loop_gets_its_own_small_buffer():
     mod(a, b, bias, d)
     np.testing.assert_allclose(d, a @ b + bias, rtol=1e-5, atol=1e-5)
     # the same loop left serial keeps C whole: nothing proves its iterations independent
-    serial = ts.Schedule(_gemm_bias())
-    c = serial.get_block("C")
-    i, j, _ = serial.get_loops(c)
-    i0, i1 = serial.split(i, [None, 8])
-    j0, j1 = serial.split(j, [None, 16])
-    serial.reorder([i0, j0, i1, j1])
-    serial.reverse_compute_at(serial.get_block("D"), serial.fuse([i0, j0]))
-    assert [int(s.value) for s in _allocations(lower(serial.func))["C"].shape] == [32 * 48]
+    assert [int(s.value) for s in _allocations(lower(_tiled(parallel=False).func))["C"].shape] == [32 * 48]

@@ -10,10 +10,11 @@ import random
 
 import numpy as np
 import pytest
+from schedule_util import gemm_bias
 
 import tensorsearch as ts
 from tensorsearch import hardware, te, workloads
-from tensorsearch.ir import Block, ForKind, Max, const, structural_equal
+from tensorsearch.ir import Block, ForKind, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.schedule.tree import walk_stmts
 from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
@@ -109,22 +110,11 @@ def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
     assert {ForKind.PARALLEL, ForKind.VECTORIZED} <= seen_kinds
 
 
-def _gemm_bias_relu(n=48, m=32, k=24):
-    A = te.placeholder((n, k), "float32", name="A")
-    B = te.placeholder((k, m), "float32", name="B")
-    bias = te.placeholder((m,), "float32", name="bias")
-    r = te.reduce_axis((0, k), name="k")
-    C = te.compute((n, m), lambda i, j: te.sum(A[i, r] * B[r, j], axis=r), name="C")
-    D = te.compute((n, m), lambda i, j: C[i, j] + bias[j], name="D")
-    E = te.compute((n, m), lambda i, j: Max(D[i, j], const(0.0, "float32")), name="E")
-    return te.create_prim_func([A, B, bias, E], name="gemm_bias_relu")
-
-
 def test_an_elementwise_epilogue_is_computed_under_the_tile_in_place_of_a_write_cache():
     # TVM's ReuseType::kMayReuse: the epilogue (bias + relu, one block once D is inlined into E)
     # is the write cache: reverse_compute_at under level 1 or 2, no cache_write copy, so the
     # output tile gets its bias and relu while it is in cache
-    func = _gemm_bias_relu()
+    func = gemm_bias(48, 32, 24, relu=True)
     space = DesignSpace(func, HOST, rules=[r for r in rules_for(HOST) if r.name != "MultiLevelTilingWithIntrin"])
     assert not any("cache_write" in _inst_names(t) for t in space.traces)
     fused = [t for t in space.traces if "reverse_compute_at" in _inst_names(t)]
