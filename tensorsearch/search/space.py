@@ -41,6 +41,7 @@ from typing import Any
 from ..ir import IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
 from ..ir.functor import free_vars
 from ..ir.stmt import Block, IterType
+from ..lower.common import is_const
 from ..schedule import BlockRV, Schedule, ScheduleError, Trace, tile_with_intrin
 from ..target import Hardware, Intrinsic, match
 
@@ -109,10 +110,6 @@ def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
     return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
 
 
-def _unit(extent: Any) -> bool:
-    return isinstance(extent, IntImm) and extent.value == 1
-
-
 def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
     """The block's one consumer when it is an epilogue that can serve as its write cache (TVM's
     ``ReuseType::kMayReuse`` with an element-wise match): a spatial block, its loops bound one
@@ -138,7 +135,7 @@ def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
 
     def at_own_point(load: BufferLoad) -> bool:  # a unit iterator may be read as the constant 0
         return all(
-            index == iv.var or (isinstance(index, IntImm) and index.value == 0 and _unit(iv.dom.extent))
+            index == iv.var or (is_const(index, 0) and is_const(iv.dom.extent, 1))
             for index, iv in zip(load.indices, epi.iter_vars, strict=True)
         )
 
