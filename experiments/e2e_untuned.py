@@ -53,13 +53,18 @@ FIELDS = [
 ]
 
 
-def _ort(proto, optimize: bool = True):
+def _ort(proto, optimize: bool = True, profile_prefix: str | None = None):
+    """An onnxruntime CPU session of ``proto``; with ``profile_prefix``, its profiler on (the
+    JSON file is written there by ``end_profiling()``)."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
     if not optimize:
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    if profile_prefix is not None:
+        so.enable_profiling = True
+        so.profile_file_prefix = profile_prefix
     return ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
 

@@ -29,19 +29,14 @@ from collections import defaultdict
 from pathlib import Path
 
 import outputs
+from e2e_untuned import _ort
 
 FIELDS = ["kernel", "output", "task", "ours_ms", "alone_ms", "ort_ms", "loss_ms"]
 
 
 def _ort_node_ms(proto, feeds, runs: int) -> dict[str, float]:
     """onnxruntime's median milliseconds per node (its profiler's kernel time), by node name."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.enable_profiling = True
-    so.profile_file_prefix = str(Path(tempfile.mkdtemp(prefix="ort-profile-")) / "ort")
-    sess = ort.InferenceSession(proto.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess = _ort(proto, profile_prefix=str(Path(tempfile.mkdtemp(prefix="ort-profile-")) / "ort"))
     for _ in range(runs):
         sess.run(None, feeds)
     events = json.loads(Path(sess.end_profiling()).read_text())
@@ -80,7 +75,8 @@ def profile(args) -> tuple[list[dict], dict[str, float], str]:
     for kernel, seconds in ours:
         names = [_plain(o) for o in kernel.lowered.outputs] + [n.name for n in kernel.group.nodes]
         node = next((by_plain[n] for n in names if n in by_plain and by_plain[n] not in used), None)
-        used.add(node)
+        if node is not None:
+            used.add(node)
         ort_ms = theirs[node] if node else None
         rows.append({
             "kernel": kernel.group.name,
