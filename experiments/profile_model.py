@@ -136,7 +136,10 @@ def main() -> None:
     args = ap.parse_args()
     dest = outputs.outputs(args, "profile_model")
     cmd = "python experiments/profile_model.py" + "".join(f" {a}" for a in sys.argv[1:])
-    rows, unmatched, source = profile(args)
+    try:
+        rows, unmatched, source = profile(args)
+    except ValueError as err:  # the library's errors (unknown model, no database there, ...) are one line
+        ap.exit(2, f"profile_model.py: error: {err}\n")
     names = write(rows, unmatched, dest.out, cmd, source, args.top)
     print((dest.out / "profile_model.md").read_text())
     dest.wrote(names)

@@ -142,3 +142,17 @@ def test_tune_ops_writes_tables_and_work_dirs_under_out(tmp_path, monkeypatch, c
     assert len(seen) == 1 and seen[0].parent == out and seen[0].name.startswith("work-") and seen[0].is_dir()
     assert f"wrote tune_ops.csv, tune_ops.md, tune_ops.png to {out}/" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in outputs.TRACKED.iterdir()} == before
+
+
+def test_profile_model_names_a_bad_model_or_work_dir_in_one_line(tmp_path):
+    for args, says in (
+        (["--model", "nosuch"], "unknown model 'nosuch'"),
+        (["--model", "mobilenet_v2", "--reduced", "--work-dir", str(tmp_path / "none")], "no tuning database there"),
+    ):
+        res = subprocess.run(
+            [sys.executable, str(EXPERIMENTS / "profile_model.py"), *args, "--out", str(tmp_path / "out")],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+        lines = res.stderr.strip().splitlines()
+        assert res.returncode == 2 and len(lines) == 1, res.stderr
+        assert lines[0].startswith("profile_model.py: error:") and says in lines[0]
