@@ -10,11 +10,12 @@ from graph_util import model, random_feeds, run_ort
 from onnx import helper
 
 import tensorsearch as ts
-from tensorsearch import hardware, workloads
+from tensorsearch import hardware, te, workloads
+from tensorsearch.schedule import Schedule
 from tensorsearch.search.database import Database, TuningRecord, hardware_key
 from tensorsearch.search.model import model_tasks
 from tensorsearch.search.space import DesignSpace
-from tensorsearch.transform import split_constant_stages
+from tensorsearch.transform import layout_free_params, split_constant_stages
 
 HOST = hardware.load("host")
 
@@ -50,6 +51,27 @@ def test_split_constant_stages_cuts_the_weight_packing_out():
     np.testing.assert_allclose(got[0], x[0] @ y[0], rtol=1e-4, atol=1e-4)
 
 
+def test_a_reduction_over_a_constant_alone_is_cut_out_too():
+    """A stage that reads its own output besides a constant (a reduction: a weight's column sums,
+    what a zero-point correction subtracts) is constant as well."""
+    x = te.placeholder((8, 16), "float32", name="X")
+    w = te.placeholder((16, 32), "float32", name="W")
+    r = te.reduce_axis((0, 16), name="r")
+    colsum = te.compute((32,), lambda j: te.sum(w[r, j], axis=r), name="colsum")
+    k = te.reduce_axis((0, 16), name="k")
+    z = te.compute((8, 32), lambda i, j: te.sum(x[i, k] * w[k, j], axis=k), name="Z")
+    out = te.compute((8, 32), lambda i, j: z[i, j] - colsum[j], name="out")
+    func = Schedule(te.create_prim_func([x, w, out])).func
+    split = split_constant_stages(func, [1])
+    assert split.prepack_inputs == (1,) and split.main_params == (0, 1, ("packed", 0), 2)
+    rng = np.random.default_rng(2)
+    xs, ws = rng.standard_normal((8, 16)).astype(np.float32), rng.standard_normal((16, 32)).astype(np.float32)
+    sums, got = np.zeros(32, np.float32), np.zeros((8, 32), np.float32)
+    ts.build(split.prepack, HOST)(ws, sums)
+    ts.build(split.main, HOST)(xs, ws, sums, got)
+    np.testing.assert_allclose(got, xs @ ws - ws.sum(0), rtol=1e-4, atol=1e-4)
+
+
 def test_nothing_to_split_without_constant_only_stages():
     wl = workloads.get("GMM", 0, "float32")
     assert split_constant_stages(wl.func, [1]) is None  # one stage, reading X too
@@ -68,6 +90,7 @@ def test_a_tuned_record_in_the_work_dir_compiles_its_task_with_weights_packed_ah
     (task,) = tasks
     lowered = kernels[0].lowered
     assert lowered.args == ("x", "w", "y") and lowered.num_constants == 1
+    assert layout_free_params(task.func) == (1,)  # the tuner times it packed ahead, out of cache
     cand = _packing_candidate(task.func, 1)
     db = Database(tmp_path)
     assert db.commit_workload(task.func, task.name) == task.key

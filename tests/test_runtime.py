@@ -104,6 +104,29 @@ def test_time_returns_every_repeat():
     assert "median" in str(res)
 
 
+BUMP = """
+@T.prim_func
+def bump(W: T.Buffer((1024,), "float32"), C: T.Buffer((1,), "float32")):
+    W[0] = W[0] + T.float32(1.0)
+    C[0] = C[0] + W[0]
+"""
+
+
+def test_cold_buffers_are_read_from_a_fresh_copy_on_every_call():
+    """``time(cold=[0])``: W is copied enough times to fill the last-level cache twice (4 copies
+    of 4 KiB for an 8 KiB cache) and the calls take the copies in turn; C is shared by all."""
+    mod = build(parse(BUMP))
+    mod.l3_bytes = 8192
+    w, c = np.zeros(1024, "float32"), np.zeros(1, "float32")
+    res = mod.time(w, c, number=5, repeat=3, cold=[0])
+    assert len(res.results) == 3 and res.number == 5 and all(t > 0 for t in res.results)
+    assert w[0] == 0  # only copies were written
+    calls = 1 + 5 * 3  # a warm-up call, then the timed ones
+    assert c[0] == sum(t // 4 + 1 for t in range(calls))  # each copy counts its own calls
+    with pytest.raises(ValueError, match="cold: position 2 is not a buffer argument of bump"):
+        mod.time(w, c, cold=[2])
+
+
 def test_save_and_load_in_another_process(tmp_path):
     mod = build(parse(GEMM))
     path = str(tmp_path / "gemm.so")

@@ -10,10 +10,11 @@ import sys
 import pytest
 from cuda_util import gpu_missing, needs_nvcc
 
-from tensorsearch import workloads
+from tensorsearch import te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
 from tensorsearch.search.measure import Measurer, MeasureResult, init_ray
+from tensorsearch.transform import mark_layout_free
 
 HW = "host"  # the descriptor of this CPU: its code runs here
 F32 = workloads.make("GMM", (1, 64, 64, 64), "float32")
@@ -138,6 +139,32 @@ def test_flush_cache_times_one_call_after_each_flush(f32):
     assert_ok(r, repeat=FLUSHED_REPEATS)  # one call a repeat, each after a flush
 
 
+def heavy_packing_gemm():
+    """Z = X @ P where P = 32768 * W is computed from W alone, slowly (a 32768-long reduction
+    per element): the stand-in for a weight's re-layout, a stage that reads only a constant."""
+    x = te.placeholder((64, 64), "float32", name="X")
+    w = te.placeholder((64, 64), "float32", name="W")
+    r = te.reduce_axis((0, 32768), name="r")
+    p = te.compute((64, 64), lambda k, j: te.sum(w[k, j], axis=r), name="P")
+    k = te.reduce_axis((0, 64), name="k")
+    z = te.compute((64, 64), lambda i, j: te.sum(x[i, k] * p[k, j], axis=k), name="Z")
+    return te.create_prim_func([x, w, z])
+
+
+def test_stages_of_constants_alone_run_once_before_timing(f32):
+    """With W marked layout-free (a model's weight), P's stage is cut out into a prepack the
+    runner runs once, untimed; the candidate is still checked against the whole function."""
+    func = Schedule(heavy_packing_gemm()).func
+    marked = mark_layout_free(func, [1])
+    with Measurer(marked, HW, timeout_s=10.0, pool=f32.pool) as m:
+        fast = m.measure([marked])[0]
+    with Measurer(func, HW, timeout_s=10.0, pool=f32.pool) as m:
+        slow = m.measure([func])[0]
+    assert_ok(fast)
+    assert_ok(slow)
+    assert slow.latency > 20 * fast.latency, (slow.latency, fast.latency)
+
+
 def test_correct_int8_candidates(f32):
     with Measurer(None, HW, workload=I8, timeout_s=5.0, repeat=2) as m:
         for r in m.measure([I8.func, tiled(I8.func)]):
@@ -224,7 +251,7 @@ import json, random, sys, warnings
 warnings.simplefilter("ignore")
 import ray
 ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
-from tensorsearch import workloads
+from tensorsearch import te, workloads
 from tensorsearch.search.measure import Measurer
 from tensorsearch.search.space import DesignSpace
 wl = workloads.make("GMM", (1, 64, 64, 64), "float16")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from .. import te
 from ..ir import PrimFunc
+from ..transform import mark_layout_free
 from .ir import Graph, GraphError, Node, Value
 from .registry import Operand, lowering_of
 
@@ -81,6 +82,7 @@ def lower_nodes(graph: Graph, nodes: Sequence[Node], outputs: Sequence[str], nam
         func = te.create_prim_func(params, name=name)
     except te.TEError as err:
         raise GraphError(f"kernel {name} ({', '.join(n.name for n in nodes)}): {err}") from None
+    func = mark_layout_free(func, range(len(acts), len(acts) + len(consts)))
     return LoweredGroup(func, tuple(acts + consts + list(outputs)), len(acts), len(consts))
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
+import itertools
 import json
 import math
 import os
@@ -30,10 +32,12 @@ from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, BlockRealize, BufferStore, For, ForKind, PrimFunc
 from ..lower.units import lower_units, tile_xfeatures
 from ..target import Hardware, arch_of, host_triple, resolve
-from .timing import TimeResult, flush_cache_now
+from .timing import TimeResult, flush_cache_now, l3_bytes_here
 
 if TYPE_CHECKING:
     from .cuda import CudaModule
+
+COLD_MAX_COPIES = 256  # Module.time(cold=...): copies of the cold buffers, at most
 
 _CTYPES = {
     "int8": ctypes.c_int8,
@@ -288,15 +292,21 @@ class _Runnable:
         repeat: int = 3,
         min_repeat_ms: float = 0,
         flush_cache: bool = False,
+        cold: Sequence[int] = (),
     ) -> TimeResult:
         """Seconds per call for each of ``repeat`` repeats of ``number`` back-to-back calls.
 
         The calls run in a compiled loop (no Python in between). With ``min_repeat_ms``,
         ``number`` grows until one repeat lasts at least that long. With ``flush_cache``, a
-        buffer larger than the last-level cache is written before each repeat.
+        buffer larger than the last-level cache is written before each repeat. With ``cold``
+        (parameter positions), every call reads its own copy of those buffers, taken in turn
+        from enough copies to fill the last-level cache twice, so they come from memory as a
+        model's weights do, while the other buffers stay cached (:meth:`_time_cold`).
         """
         if number < 1 or repeat < 1:
             raise ValueError("number and repeat must be at least 1")
+        if cold:
+            return self._time_cold(args, cold, number, repeat, min_repeat_ms)
         cargs = self._convert_args(args)
         self._cfunc(*cargs)  # warm up
         if min_repeat_ms > 0:
@@ -314,6 +324,43 @@ class _Runnable:
             t0 = _time.perf_counter()
             self._repeat(*cargs, number)
             results.append((_time.perf_counter() - t0) / number)
+        return TimeResult(tuple(results), number)
+
+    def _time_cold(
+        self, args: Sequence[Any], cold: Sequence[int], number: int, repeat: int, min_repeat_ms: float
+    ) -> TimeResult:
+        """``time`` with the buffers at positions ``cold`` copied (at most ``COLD_MAX_COPIES``
+        times) and each call bound to the next copy; the calls are made from Python (about a
+        microsecond each, the same for every candidate of a function)."""
+        from .memory import aligned_copy
+
+        cargs = self._convert_args(args)
+        bad = [i for i in cold if not 0 <= i < len(args) or not isinstance(args[i], np.ndarray)]
+        if bad:
+            raise ValueError(f"cold: position {bad[0]} is not a buffer argument of {self.name}")
+        nbytes = sum(args[i].nbytes for i in cold)
+        llc = self.l3_bytes or l3_bytes_here() or (32 << 20)
+        copies = max(2, min(COLD_MAX_COPIES, math.ceil(2 * llc / max(nbytes, 1))))
+        calls, keep = [], []
+        for _ in range(copies):
+            bound = list(cargs)
+            for i in cold:
+                keep.append(aligned_copy(args[i]))
+                bound[i] = keep[-1].ctypes.data
+            calls.append(functools.partial(self._cfunc, *bound))
+
+        turn = iter(itertools.cycle(calls))
+
+        def run(n: int) -> float:
+            t0 = _time.perf_counter()
+            for _ in range(n):
+                next(turn)()
+            return _time.perf_counter() - t0
+
+        run(1)  # warm up (the copies were paged in when written)
+        while min_repeat_ms > 0 and (ms := run(number) * 1e3) < min_repeat_ms:
+            number = max(number * 2, math.ceil(number * min_repeat_ms / max(ms, 1e-3) * 1.1))
+        results = [run(number) / number for _ in range(repeat)]
         return TimeResult(tuple(results), number)
 
     @property

@@ -56,7 +56,9 @@ def _fmt(seconds: float) -> str:
     return f"{seconds * 1e9:.1f} ns"
 
 
-def _l3_bytes_from_sysfs() -> int | None:
+@cache
+def l3_bytes_here() -> int | None:
+    """The largest CPU cache of this machine (sysfs), or None where sysfs does not say."""
     import glob
 
     best = None
@@ -82,7 +84,7 @@ def _flush_buffer(nbytes: int) -> np.ndarray:
 
 def flush_cache_now(l3_bytes: int | None = None) -> None:
     """Write a buffer twice the size of the last-level cache (at least 64 MiB, at most 1 GiB)."""
-    size = l3_bytes or _l3_bytes_from_sysfs() or (32 << 20)
+    size = l3_bytes or l3_bytes_here() or (32 << 20)
     nbytes = min(max(2 * size, 64 << 20), 1 << 30)
     buf = _flush_buffer(nbytes)
     buf += 1

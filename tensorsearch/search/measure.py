@@ -87,8 +87,10 @@ from typing import Any
 
 import numpy as np
 
+from ..ir.dtype import numpy_dtype, parse_dtype
 from ..ir.stmt import Block, IterType, PrimFunc
 from ..target import Hardware, load
+from ..transform import ConstantSplit, layout_free_params, split_constant_stages
 from ..workloads import Workload
 
 __all__ = ["MeasureResult", "MeasureStopped", "Measurer", "init_ray"]
@@ -200,24 +202,46 @@ def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     foreign = target.kind == "cpu" and arch_of(target.triple) != arch_of(host_triple())
+    constants = layout_free_params(func)
+    split = split_constant_stages(func, constants) if constants and not foreign and target.kind == "cpu" else None
     try:
-        from ..runtime.module import build
-
-        mod = build(func, target, jit=False, name="candidate" if foreign else None)  # qemu's harness has the main
-        with tempfile.TemporaryDirectory(prefix="tensorsearch-build-") as tmp:
-            path = os.path.join(tmp, "candidate.o" if foreign else "candidate.so")
-            mod.save_object(path) if foreign else mod.save(path)
-            with open(path, "rb") as f:
-                binary = f.read()
-            with open(path + ".json") as f:
-                sidecar = f.read()
+        binary, sidecar = _library(split.main if split else func, target, foreign)
+        prepack = None
+        if split is not None:
+            pre_binary, pre_sidecar = _library(split.prepack, target, foreign)
+            prepack = {"binary": pre_binary, "sidecar": pre_sidecar, "inputs": split.prepack_inputs}
+            prepack["params"] = split.main_params
     except Exception as e:
         return {"error": "build: " + _short(e), "seconds": time.perf_counter() - t0}
     import ray
 
     node = ray.get_runtime_context().get_node_id()  # a Ray task's: builds run nowhere else
     built = {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "node": node}
-    return {**built, "seconds": time.perf_counter() - t0}
+    return {**built, "prepack": prepack, "cold": _cold_positions(split, constants), "seconds": time.perf_counter() - t0}
+
+
+def _library(func: PrimFunc, target: Hardware, foreign: bool) -> tuple[bytes, str]:
+    """``func`` compiled for ``target``: a shared library's (or, ``foreign``, an object file's)
+    bytes and its JSON sidecar."""
+    from ..runtime.module import build
+
+    mod = build(func, target, jit=False, name="candidate" if foreign else None)  # qemu's harness has the main
+    with tempfile.TemporaryDirectory(prefix="tensorsearch-build-") as tmp:
+        path = os.path.join(tmp, "candidate.o" if foreign else "candidate.so")
+        mod.save_object(path) if foreign else mod.save(path)
+        with open(path, "rb") as f:
+            binary = f.read()
+        with open(path + ".json") as f:
+            sidecar = f.read()
+    return binary, sidecar
+
+
+def _cold_positions(split: ConstantSplit | None, constants: Sequence[int]) -> tuple[int, ...]:
+    """The parameters of the timed function that hold constants (a model's weights, packed or
+    not): timed out of cache."""
+    if split is None:
+        return tuple(constants)
+    return tuple(k for k, p in enumerate(split.main_params) if not isinstance(p, int) or p in constants)
 
 
 def work_nodes(nodes: Sequence[dict[str, Any]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
@@ -269,6 +293,7 @@ class _Runner:
         os.makedirs(self.dir, exist_ok=True)
         self.count = 0
         self.mod: Any = None
+        self.cold: tuple[int, ...] = ()  # parameters of the loaded candidate timed out of cache
         self.args: list[np.ndarray] = []
         self.started = 0.0  # wall-clock time the current candidate's check run began
         self._crash_file = open(os.path.join(self.dir, "crash.txt"), "w")  # held open while the process lives
@@ -297,11 +322,16 @@ class _Runner:
         expected: list[np.ndarray],
         checker: Any,
         timeout_s: float = 600.0,
+        prepack: dict[str, Any] | None = None,
+        cold: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Load the library and run it once on the task's inputs; compare the outputs when ``check``.
 
         An object file (built on a node of another architecture) is linked here first; one for
-        an architecture this node only emulates is run under qemu (:meth:`_emulate`)."""
+        an architecture this node only emulates is run under qemu (:meth:`_emulate`). With a
+        ``prepack`` (the build's, :func:`_build`), the weights are packed first, untimed, and
+        the library called on the packed ones; ``cold``: the parameters :meth:`time` keeps out of
+        cache."""
         import json
 
         from ..runtime.module import link_shared, load_module
@@ -309,7 +339,7 @@ class _Runner:
 
         self.inputs, self.out_positions, self.expected, self.checker = inputs, out_positions, expected, checker
         self.started = time.time()
-        self.mod = None
+        self.mod, self.cold = None, tuple(cold)
         self.count += 1
         meta = json.loads(sidecar)
         if is_object and arch_of(meta["triple"]) != arch_of(host_triple()):
@@ -325,8 +355,9 @@ class _Runner:
                 f.write(sidecar)
             mod = load_module(path)
             args = self._arguments()
+            call_args = args if prepack is None else self._prepacked(args, prepack)
             t0 = time.perf_counter()
-            mod(*args)
+            mod(*call_args)
             first = time.perf_counter() - t0
         except Exception as e:
             return self._reply(error="run: " + _short(e), first=0.0)
@@ -337,8 +368,32 @@ class _Runner:
         wrong = self._wrong([args[k] for k in self.out_positions]) if check else None
         if wrong is not None:
             return self._reply(error=wrong, first=first)
-        self.mod, self.args = mod, args
+        self.mod, self.args = mod, call_args
         return self._reply(error=None, first=first)
+
+    def _prepacked(self, args: list[np.ndarray], prepack: dict[str, Any]) -> list[np.ndarray]:
+        """The main function's arguments: ``args`` (the task's, in its parameter order) with the
+        weights the prepack library packs (run here once) in place of the ones it reads."""
+        from ..runtime import aligned_zeros
+        from ..runtime.module import load_module
+
+        path = os.path.join(self.dir, f"candidate{self.count}_prepack.so")
+        try:
+            with open(path, "wb") as f:
+                f.write(prepack["binary"])
+            with open(path + ".json", "w") as f:
+                f.write(prepack["sidecar"])
+            pre = load_module(path)
+        finally:
+            for p in (path, path + ".json"):
+                with contextlib.suppress(OSError):
+                    os.remove(p)
+        inputs = [args[i] for i in prepack["inputs"]]
+        packed = [
+            aligned_zeros(p.shape, np.dtype(numpy_dtype(parse_dtype(p.dtype)))) for p in pre.params[len(inputs) :]
+        ]
+        pre(*inputs, *packed)
+        return [args[p] if isinstance(p, int) else packed[p[1]] for p in prepack["params"]]
 
     def _emulate(self, binary: bytes, symbol: str, check: bool, timeout_s: float) -> dict[str, Any]:
         """Run an aarch64 object once under qemu-aarch64 (linked into a static harness) and check
@@ -368,8 +423,9 @@ class _Runner:
         """Time the loaded candidate: seconds per call of each repeat (each after a cache flush
         when ``flush_cache``)."""
         try:
+            cold = {"cold": self.cold} if self.cold and not flush_cache else {}
             r = self.mod.time(
-                *self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, flush_cache=flush_cache
+                *self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, flush_cache=flush_cache, **cold
             )
         except Exception as e:
             return self._reply(error="run: " + _short(e), latencies=[])
@@ -1043,7 +1099,9 @@ class _Batch:
         m, b = self.m, self.builds[i]
         check = m.check and self.keys[i] not in m._checked
         budget = m.timeout_s * (EMULATION_SLOWDOWN if slot.emulated else 1)
-        ref = slot.actor.load_and_check.remote(b["binary"], b["object"], b["sidecar"], check, *m._task_args, budget)
+        ref = slot.actor.load_and_check.remote(
+            b["binary"], b["object"], b["sidecar"], check, *m._task_args, budget, b.get("prepack"), b.get("cold", ())
+        )
         slot.job = (i, "check", ref, time.monotonic() + budget + (5.0 if slot.emulated else 0.0), budget)
 
     def finish(self, i: int, slot: _Slot, reply: dict[str, Any] | None = None, error: str | None = None) -> None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..graph.executor import GraphExecutor, TaskProgram
-from ..graph.fuse import Kernel, Task, extract_tasks
+from ..graph.fuse import Task, extract_tasks
 from ..graph.ir import Graph
 from ..graph.onnx_import import ModelLike, from_onnx
 from ..graph.passes import prepare
@@ -30,7 +30,7 @@ from ..ir import PrimFunc
 from ..runtime import build
 from ..schedule import Schedule, ScheduleError, Trace
 from ..target import Hardware, resolve
-from ..transform import split_constant_stages
+from ..transform import layout_free_params, split_constant_stages
 from .database import Database, hardware_key
 from .heuristics import heuristic_traces
 from .space import DesignSpace, SearchSpaceError
@@ -155,12 +155,7 @@ def compile_model(
     programs: dict[str, TaskProgram] = {}
     sources: dict[str, str] = {}
     for n, task in enumerate(tasks):
-        programs[task.key], sources[task.key] = _task_program(task, _constant_params(kernels, task), hw, db)
+        programs[task.key], sources[task.key] = _task_program(task, layout_free_params(task.func), hw, db)
         if progress is not None:
             progress(n + 1, len(tasks), task, sources[task.key])
     return CompiledModel(graph, kernels, programs, tasks, sources, hw, time.perf_counter() - t0)
-
-
-def _constant_params(kernels: Sequence[Kernel], task: Task) -> list[int]:
-    lowered = next(k.lowered for k in kernels if k.task == task.key)
-    return list(range(lowered.num_inputs, lowered.num_inputs + lowered.num_constants))

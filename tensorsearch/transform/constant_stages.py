@@ -31,7 +31,24 @@ from ..ir import BlockRealize, Buffer, BufferLoad, BufferStore, PrimFunc, SeqStm
 from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, Stmt
 
-__all__ = ["ConstantSplit", "split_constant_stages"]
+__all__ = ["LAYOUT_FREE_ATTR", "ConstantSplit", "layout_free_params", "mark_layout_free", "split_constant_stages"]
+
+LAYOUT_FREE_ATTR = "layout_free_buffers"  # TVM's PrimFunc attribute of the same name
+
+
+def mark_layout_free(func: PrimFunc, constants: Sequence[int]) -> PrimFunc:
+    """``func`` with its parameters ``constants`` marked as holding constants (a model's weights):
+    a schedule may re-lay them once, ahead (:func:`split_constant_stages`), and the tuner times
+    the kernel without that copy and with those buffers out of cache."""
+    if not constants:
+        return func
+    attrs = {**func.attr_dict, LAYOUT_FREE_ATTR: tuple(int(i) for i in constants)}
+    return PrimFunc(func.params, func.body, func.buffer_map, attrs)
+
+
+def layout_free_params(func: PrimFunc) -> tuple[int, ...]:
+    """The parameter indices :func:`mark_layout_free` marked (empty when none)."""
+    return tuple(func.attr_dict.get(LAYOUT_FREE_ATTR, ()))
 
 
 @dataclass(frozen=True)
@@ -84,7 +101,7 @@ def split_constant_stages(func: PrimFunc, constants: Sequence[int]) -> ConstantS
     made: set[Buffer] = set()
     for stmt in stmts:
         loads, stores = _touched(stmt)
-        if loads and loads <= (const_bufs | made) and stores and stores <= allocs:
+        if loads - stores and loads - stores <= const_bufs | made and stores and stores <= allocs:
             hoisted.append(stmt)
             made |= stores
         else:
