@@ -104,7 +104,7 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
     exe = ts.compile_model(graph, hw, work_dir)
     sess = _ort(proto)
     check, ok = _check(name, proto, graph, exe, sess, args)
-    ours, theirs = _time(exe, sess, proto, graph, args.repeat)
+    ours, theirs, ratio = _time(exe, sess, proto, graph, args.repeat)
     row = {
         "model": name,
         "reduced": args.reduced,
@@ -117,7 +117,7 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
         "ok": ok,
         "ours_ms": round(ours * 1e3, 4),
         "ort_ms": round(theirs * 1e3, 4),
-        "ort_over_ours": round(theirs / ours, 3),
+        "ort_over_ours": round(ratio, 3),
         "torch_ms": torch_ms(name, args),
         "error": "",
     }
@@ -152,7 +152,9 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache-flush", action="store_true", help="tune with every timed call after a cache flush")
     ap.add_argument("--address", help="a Ray cluster (default: RAY_ADDRESS, else a local one)")
-    ap.add_argument("--repeat", type=int, default=10, help="timed runs of each system (default 10)")
+    ap.add_argument(
+        "--repeat", type=int, default=10, help="timed runs of each system in a block, at least (default 10)"
+    )
     ap.add_argument("--agreement-inputs", type=int, default=100, help="random inputs for int8 top-1 agreement")
     ap.add_argument("--torch-env", metavar="DIR", help="a virtual environment with torch and torchvision")
     outputs.add_arguments(ap, "e2e")

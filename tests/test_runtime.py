@@ -127,6 +127,33 @@ def test_cold_buffers_are_read_from_a_fresh_copy_on_every_call():
         mod.time(w, c, cold=[2])
 
 
+SCALE = """
+@T.prim_func
+def scale(A: T.Buffer((256,), "float32"), B: T.Buffer((256,), "float32"), alpha: T.float32):
+    for i in T.serial(256):
+        B[i] = A[i] * alpha
+"""
+
+
+def test_a_sequence_of_bound_calls_runs_in_one_native_call():
+    """C = A @ B, then D = C @ B: the second call reads what the first wrote, in order."""
+    from tensorsearch.runtime.sequence import call_sequence
+
+    mod = build(parse(GEMM))
+    a, b, c = _gemm_args()
+    d = np.zeros_like(c)
+    run = call_sequence([mod.bind(a, b, c), mod.bind(c, b, d)])
+    assert run() == 0
+    m = a.reshape(16, 16) @ b.reshape(16, 16)
+    np.testing.assert_allclose(d.reshape(16, 16), m @ b.reshape(16, 16), rtol=1e-4, atol=1e-4)
+    a[:] = 0
+    run()  # the same arrays again, read anew
+    assert not d.any()
+    scaled = build(parse(SCALE)).bind(a, c, np.float32(2))
+    assert call_sequence([mod.bind(a, b, c), scaled]) is None  # a scalar argument: not chained
+    assert call_sequence([]) is None
+
+
 def test_save_and_load_in_another_process(tmp_path):
     mod = build(parse(GEMM))
     path = str(tmp_path / "gemm.so")

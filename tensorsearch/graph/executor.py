@@ -8,8 +8,9 @@
 once the last kernel reading its value has run (liveness in kernel order; a freed slot is
 taken by the smallest request that fits, TVM's graph memory planner in miniature). Graph
 inputs, constants and outputs have buffers of their own. At construction every kernel call is
-bound to its arrays once (:meth:`~tensorsearch.runtime.Module.bind`), so a run is the copy of
-the inputs and one native call per kernel.
+bound to its arrays once (:meth:`~tensorsearch.runtime.Module.bind`) and the bound calls chained
+into one native function (:func:`~tensorsearch.runtime.sequence.call_sequence`), so a run is the
+copy of the inputs and one native call.
 
 A task's :class:`TaskProgram` may carry a *prepack* function
 (:func:`~tensorsearch.transform.split_constant_stages`): the stages of its schedule that only
@@ -30,6 +31,7 @@ from ..ir import parse_dtype
 from ..ir.dtype import numpy_dtype
 from ..runtime.memory import aligned_copy, aligned_empty, aligned_zeros
 from ..runtime.module import Module
+from ..runtime.sequence import call_sequence
 from ..transform import ConstantSplit
 from .fuse import Kernel
 from .ir import Graph, GraphError, Value
@@ -135,6 +137,7 @@ class GraphExecutor:
             if isinstance(program, Module):
                 program = TaskProgram(program)
             self._calls.append(program.bind([self._kernel_array(name) for name in kernel.lowered.args]))
+        self._sequence = call_sequence(self._calls)  # the whole run in one native call
 
     def _kernel_array(self, name: str) -> np.ndarray:
         v = self.graph.values[name]
@@ -180,6 +183,9 @@ class GraphExecutor:
 
     def run(self) -> None:
         """Run every kernel on the inputs set last."""
+        if self._sequence is not None:
+            self._sequence()
+            return
         for call in self._calls:
             call()
 

@@ -283,6 +283,8 @@ class _Runnable:
             return cfunc(*cargs)
 
         call.arrays = args  # type: ignore[attr-defined]  # keep the arrays alive as long as the call
+        if all(p.kind == "buffer" for p in self.params):  # what runtime.sequence chains natively
+            call.native = (ctypes.cast(cfunc, ctypes.c_void_p).value, cargs)  # type: ignore[attr-defined]
         return call
 
     def time(

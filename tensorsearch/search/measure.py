@@ -52,6 +52,11 @@ How a batch is measured (:meth:`Measurer.measure`):
    first measurement by this Measurer (by structural hash) and only run on later ones.
 4. **Time.** ``mod.time(number, repeat)``; when ``number`` is None it grows until one repeat
    takes at least ``min_repeat_ms`` (20 ms). The latencies are seconds per call, one per repeat.
+   A model's kernel (its weights marked ``layout_free_buffers``, :func:`~tensorsearch.transform.
+   mark_layout_free`) is timed as the model runs it: the build cuts the candidate's stages that
+   read only weights into a prepack, which the runner runs once before the check, untimed, and
+   every call reads the weights (packed or not) cold, from the next of enough copies to fill the
+   last-level cache twice (``Module.time(cold=...)``; docs/models.md).
    ``measure(..., slow_after=s)``: a candidate whose check run took longer than ``s`` seconds
    is not timed again; its one latency is that run's (the tuner passes 4x its best so far: such
    a candidate cannot become the best, and timing a 5 s convolution four more times took most of
@@ -202,15 +207,19 @@ def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     foreign = target.kind == "cpu" and arch_of(target.triple) != arch_of(host_triple())
-    constants = layout_free_params(func)
-    split = split_constant_stages(func, constants) if constants and not foreign and target.kind == "cpu" else None
+    constants = layout_free_params(func) if target.kind == "cpu" else ()
+    split = split_constant_stages(func, constants) if constants and not foreign else None
     try:
         binary, sidecar = _library(split.main if split else func, target, foreign)
         prepack = None
         if split is not None:
             pre_binary, pre_sidecar = _library(split.prepack, target, foreign)
-            prepack = {"binary": pre_binary, "sidecar": pre_sidecar, "inputs": split.prepack_inputs}
-            prepack["params"] = split.main_params
+            prepack = {
+                "binary": pre_binary,
+                "sidecar": pre_sidecar,
+                "inputs": split.prepack_inputs,
+                "params": split.main_params,
+            }
     except Exception as e:
         return {"error": "build: " + _short(e), "seconds": time.perf_counter() - t0}
     import ray
