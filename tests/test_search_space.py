@@ -110,6 +110,28 @@ def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
     assert {ForKind.PARALLEL, ForKind.VECTORIZED} <= seen_kinds
 
 
+def test_a_read_transposed_to_the_vector_lanes_packs_into_panels():
+    """Attention's scores, ``S[b, i, j] = sum_k Q[b, i, k] * K[b, j, k]``: K holds the vector
+    lanes' iterator j in its middle dimension, so a vector of j is 32 elements apart; packed into
+    ``(j // 16, b, k, j % 16)`` panels it is contiguous (ViT's scores took 2.8 ms unpacked, 7.6
+    times the time of the same-sized product by V)."""
+    Q = te.placeholder((2, 32, 32), "float32", name="Q")
+    K = te.placeholder((2, 48, 32), "float32", name="K")
+    r = te.reduce_axis((0, 32), name="k")
+    S = te.compute((2, 32, 48), lambda b, i, j: te.sum(Q[b, i, r] * K[b, j, r], axis=r), name="S")
+    space = DesignSpace(te.create_prim_func([Q, K, S]), HOST)
+    packs = {dict(i.args)["index_map"] for t in space.traces for i in t.insts if i.kind.name == "transform_layout"}
+    assert packs == {"lambda d0, d1, d2: (d1 // 16, d0, d2, d1 % 16)"}
+    packed = [k for k, t in enumerate(space.traces) if "transform_layout" in _inst_names(t)]
+    rng = np.random.default_rng(3)
+    q, k = rng.standard_normal((2, 32, 32)).astype(np.float32), rng.standard_normal((2, 48, 32)).astype(np.float32)
+    for index in packed[:2]:
+        cand = space.sample_space(index, 0)
+        out = rng.uniform(-9, 9, size=(2, 32, 48)).astype(np.float32)
+        ts.build(cand.func)(q, k, out)
+        np.testing.assert_allclose(out, q @ k.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
+
+
 def test_an_elementwise_epilogue_is_computed_under_the_tile_in_place_of_a_write_cache():
     # TVM's ReuseType::kMayReuse: the epilogue (bias + relu, one block once D is inlined into E)
     # is the write cache: reverse_compute_at under level 1 or 2, no cache_write copy, so the

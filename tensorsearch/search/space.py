@@ -110,6 +110,15 @@ def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
     return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
 
 
+def _panel_map(rank: int, lane_dim: int, lanes: int) -> str:
+    """The index map of a read packed into ``lanes``-wide panels of dimension ``lane_dim``:
+    ``(rank=3, lane_dim=2, 16)`` -> ``lambda d0, d1, d2: (d2 // 16, d0, d1, d2 % 16)``."""
+    dims = [f"d{i}" for i in range(rank)]
+    rest = [d for i, d in enumerate(dims) if i != lane_dim]
+    lane = dims[lane_dim]
+    return f"lambda {', '.join(dims)}: ({lane} // {lanes}, {', '.join(rest)}, {lane} % {lanes})"
+
+
 def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
     """The block's one consumer when it is an epilogue that can serve as its write cache (TVM's
     ``ReuseType::kMayReuse`` with an element-wise match): a spatial block, its loops bound one
@@ -406,43 +415,44 @@ class MultiLevelTiling(ScheduleRule):
         return sch
 
     def _pack_reads(self, sch: Schedule, block: BlockRV) -> bool:
-        """Stage each read whose last dimension is a spatial iterator of the output and whose other
-        dimensions hold a reduction iterator (GEMM's ``Y[k, j]``) into vector-wide panels
-        ``(j // L, ..., j % L)`` (``L`` lanes): the rows of a panel become adjacent, instead of
-        one buffer row apart. Returns whether any read was staged."""
-        from ..ir import BufferLoad
+        """Stage each read that holds the output's last iterator (its vector lanes) in one
+        dimension and a reduction iterator in another (GEMM's ``Y[k, j]``; attention's
+        ``K[b, h, j, k]``, read transposed) into vector-wide panels ``(j // L, <the other
+        dimensions>, j % L)`` (``L`` lanes): a vector of ``j`` becomes adjacent, and the rows of
+        a panel too, instead of one buffer row apart. Returns whether any read was staged."""
+        from ..ir import BufferLoad, BufferStore
         from ..ir.functor import post_order_visit
 
         realize, _ = sch._block_realize(block)
         blk = realize.block
         kinds = {iv.var: iv.iter_type for iv in blk.iter_vars}
         loads: dict[str, BufferLoad] = {}
+        stores: list[BufferStore] = []
         post_order_visit(blk.body, lambda n: loads.setdefault(n.buffer.name, n) if isinstance(n, BufferLoad) else None)
+        post_order_visit(blk.body, lambda n: stores.append(n) if isinstance(n, BufferStore) else None)
+        lane = stores[0].indices[-1] if stores and stores[0].indices else None
+        if not (isinstance(lane, Var) and kinds.get(lane) == IterType.SPATIAL):
+            return False
         out_buf = blk.writes[0].buffer.name if blk.writes else None
         staged = False
         for name in [r.buffer.name for r in blk.reads]:
             load = loads.get(name)
             if load is None or name == out_buf or len(load.indices) < 2:
                 continue
-            last = load.indices[-1]
-            if not (isinstance(last, Var) and kinds.get(last) == IterType.SPATIAL):
+            dims = [d for d, i in enumerate(load.indices) if lane in free_vars(i)]
+            if len(dims) != 1 or load.indices[dims[0]] is not lane:
                 continue
-            if any(last in free_vars(i) for i in load.indices[:-1]):
+            others = [i for d, i in enumerate(load.indices) if d != dims[0]]
+            if not any(kinds.get(v) == IterType.REDUCE for i in others for v in free_vars(i)):
                 continue
-            if not any(kinds.get(v) == IterType.REDUCE for i in load.indices[:-1] for v in free_vars(i)):
-                continue
-            ext = load.buffer.shape[-1]
+            ext = load.buffer.shape[dims[0]]
             lanes = max(1, self.vector_bits // load.buffer.dtype.bits)
             if not isinstance(ext, IntImm) or ext.value % lanes or ext.value <= lanes:
                 continue
             index = next(i for i, r in enumerate(sch.get(block).reads) if r.buffer.name == name)
             try:
                 pack = sch.cache_read(block, index, "global")
-                dims = [f"d{i}" for i in range(len(load.indices))]
-                imap = (
-                    f"lambda {', '.join(dims)}: ({dims[-1]} // {lanes}, {', '.join(dims[:-1])}, {dims[-1]} % {lanes})"
-                )
-                sch.transform_layout(pack, ("write", 0), imap)
+                sch.transform_layout(pack, ("write", 0), _panel_map(len(load.indices), dims[0], lanes))
             except ScheduleError:
                 return False
             staged = True
