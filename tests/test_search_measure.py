@@ -251,7 +251,7 @@ import json, random, sys, warnings
 warnings.simplefilter("ignore")
 import ray
 ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
-from tensorsearch import te, workloads
+from tensorsearch import workloads
 from tensorsearch.search.measure import Measurer
 from tensorsearch.search.space import DesignSpace
 wl = workloads.make("GMM", (1, 64, 64, 64), "float16")

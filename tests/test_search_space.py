@@ -127,6 +127,7 @@ def test_a_read_transposed_to_the_vector_lanes_packs_into_panels():
     q, k = rng.standard_normal((2, 32, 32)).astype(np.float32), rng.standard_normal((2, 48, 32)).astype(np.float32)
     for index in packed[:2]:
         cand = space.sample_space(index, 0)
+        assert cand is not None
         out = rng.uniform(-9, 9, size=(2, 32, 48)).astype(np.float32)
         ts.build(cand.func)(q, k, out)
         np.testing.assert_allclose(out, q @ k.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
