@@ -552,20 +552,28 @@ def _random_input(shape: tuple[int, ...], dtype: np.dtype, rng: np.random.Genera
     return rng.uniform(-1.0, 1.0, size=shape).astype(dtype)
 
 
+ROUNDING_FLIPS = 1e-3  # integer outputs of float arithmetic: the share of elements that may be 1 off
+
+
 class _ToleranceCheck:
     """Workload.check's rule for a bare function: exact for integers, else rtol = atol = base * widen,
-    atol scaled by the largest expected magnitude (base 1e-5, or 1e-2 for 16-bit floats)."""
+    atol scaled by the largest expected magnitude (base 1e-5, or 1e-2 for 16-bit floats). With
+    ``float_math`` (the function computes in floating point), an integer output may differ by 1
+    in at most ``ROUNDING_FLIPS`` of its elements: a value rounded to an integer (a quantize
+    after a float layer norm) lands on the other side of a .5 when a candidate sums in another
+    order (one element in 98304 of int8 BERT's layer norm, in every candidate)."""
 
-    def __init__(self, names: list[str], widen: float) -> None:
+    def __init__(self, names: list[str], widen: float, float_math: bool = False) -> None:
         self.names = names
         self.widen = widen
+        self.float_math = float_math
 
     def __call__(self, actual: list[np.ndarray], expected: list[np.ndarray]) -> None:
         for got, want, name in zip(actual, expected, self.names, strict=True):
             if got.shape != want.shape:
                 raise AssertionError(f"output {name} has shape {got.shape}, expected {want.shape}")
             if not np.issubdtype(want.dtype, np.inexact):
-                np.testing.assert_array_equal(got, want, err_msg=f"output {name}")
+                self._integers(got, want, name)
                 continue
             base = 1e-2 if want.dtype.itemsize <= 2 else 1e-5
             tol = base * self.widen
@@ -573,6 +581,13 @@ class _ToleranceCheck:
             np.testing.assert_allclose(
                 got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol * scale, err_msg=f"output {name}"
             )
+
+    def _integers(self, got: np.ndarray, want: np.ndarray, name: str) -> None:
+        diff = np.abs(got.astype(np.int64) - want.astype(np.int64)) if want.dtype != np.bool_ else got != want
+        flips = int(np.count_nonzero(diff))
+        if self.float_math and flips <= ROUNDING_FLIPS * want.size and (flips == 0 or diff.max() <= 1):
+            return
+        np.testing.assert_array_equal(got, want, err_msg=f"output {name}")
 
 
 def _reference(
@@ -611,7 +626,17 @@ def _reference(
     inputs = [a for k, a in enumerate(args) if k not in out_positions]
     expected = [args[k] for k in out_positions]
     widen = max(1.0, math.sqrt(_reduction_size(func)) / 8)
-    return inputs, out_positions, expected, _ToleranceCheck([params[k].name for k in out_positions], widen)
+    names = [params[k].name for k in out_positions]
+    return inputs, out_positions, expected, _ToleranceCheck(names, widen, _computes_in_float(func))
+
+
+def _computes_in_float(func: PrimFunc) -> bool:
+    """Whether any buffer of ``func`` (a parameter or one a block allocates) holds floats."""
+    from ..ir.functor import post_order_visit
+
+    buffers = list(func.buffers)
+    post_order_visit(func.body, lambda n: buffers.extend(n.alloc_buffers) if isinstance(n, Block) else None)
+    return any(b.dtype.is_float for b in buffers)
 
 
 # ------------------------------------------------------------------------------------------
