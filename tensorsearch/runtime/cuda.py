@@ -31,7 +31,7 @@ from ..codegen import cuda as cg
 from ..ir.stmt import PrimFunc
 from ..target import Hardware
 from .module import Param, check_arguments, signature
-from .timing import TimeResult
+from .timing import TimeResult, time_repeats
 
 SIDECAR_FORMAT = "tensorsearch-cuda-module-1"
 
@@ -170,8 +170,6 @@ class CudaModule:
         """Seconds per launch for each of ``repeat`` repeats of ``number`` back-to-back launches,
         measured with CUDA events around each repeat (the inputs are copied to the GPU once). With
         ``min_repeat_ms``, ``number`` grows until one repeat lasts at least that long."""
-        if number < 1 or repeat < 1:
-            raise ValueError("number and repeat must be at least 1")
         check_arguments(self.name, self.params, args)
         function = self._loaded()
         values, _allocs = self._upload(args)
@@ -186,11 +184,7 @@ class CudaModule:
             end.synchronize()
             return start.time_till(end) * 1e-3
 
-        run(1)  # warm up (and load the module's code onto the GPU)
-        if min_repeat_ms > 0:
-            while (seconds := run(number)) * 1e3 < min_repeat_ms:
-                number = max(number * 2, int(number * min_repeat_ms / max(seconds * 1e3, 1e-3) * 1.1) + 1)
-        return TimeResult(tuple(run(number) / number for _ in range(repeat)), number)
+        return time_repeats(run, number, repeat, min_repeat_ms)  # its warm-up loads the code onto the GPU
 
 
 _SCALAR_CODES = {

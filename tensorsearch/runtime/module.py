@@ -32,7 +32,7 @@ from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, BlockRealize, BufferStore, For, ForKind, PrimFunc
 from ..lower.units import lower_units, tile_xfeatures
 from ..target import Hardware, arch_of, host_triple, resolve
-from .timing import TimeResult, flush_cache_now, l3_bytes_here
+from .timing import TimeResult, flush_cache_now, l3_bytes_here, time_repeats
 
 if TYPE_CHECKING:
     from .cuda import CudaModule
@@ -305,28 +305,17 @@ class _Runnable:
         from enough copies to fill the last-level cache twice, so they come from memory as a
         model's weights do, while the other buffers stay cached (:meth:`_time_cold`).
         """
-        if number < 1 or repeat < 1:
-            raise ValueError("number and repeat must be at least 1")
         if cold:
             return self._time_cold(args, cold, number, repeat, min_repeat_ms)
         cargs = self._convert_args(args)
-        self._cfunc(*cargs)  # warm up
-        if min_repeat_ms > 0:
-            while True:
-                t0 = _time.perf_counter()
-                self._repeat(*cargs, number)
-                ms = (_time.perf_counter() - t0) * 1e3
-                if ms >= min_repeat_ms:
-                    break
-                number = max(number * 2, math.ceil(number * min_repeat_ms / max(ms, 1e-3) * 1.1))
-        results = []
-        for _ in range(repeat):
-            if flush_cache:
-                flush_cache_now(self.l3_bytes)
+
+        def run(n: int) -> float:
             t0 = _time.perf_counter()
-            self._repeat(*cargs, number)
-            results.append((_time.perf_counter() - t0) / number)
-        return TimeResult(tuple(results), number)
+            self._repeat(*cargs, n)
+            return _time.perf_counter() - t0
+
+        flush = functools.partial(flush_cache_now, self.l3_bytes) if flush_cache else None
+        return time_repeats(run, number, repeat, min_repeat_ms, flush)
 
     def _time_cold(
         self, args: Sequence[Any], cold: Sequence[int], number: int, repeat: int, min_repeat_ms: float
@@ -359,11 +348,7 @@ class _Runnable:
                 next(turn)()
             return _time.perf_counter() - t0
 
-        run(1)  # warm up (the copies were paged in when written)
-        while min_repeat_ms > 0 and (ms := run(number) * 1e3) < min_repeat_ms:
-            number = max(number * 2, math.ceil(number * min_repeat_ms / max(ms, 1e-3) * 1.1))
-        results = [run(number) / number for _ in range(repeat)]
-        return TimeResult(tuple(results), number)
+        return time_repeats(run, number, repeat, min_repeat_ms)
 
     @property
     def num_threads(self) -> int:

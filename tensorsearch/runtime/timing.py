@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import math
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 
@@ -47,6 +49,29 @@ class TimeResult:
             f"median {_fmt(self.median)}, mean {_fmt(self.mean)}, std {_fmt(self.std)}, "
             f"spread {self.spread:.1%} ({len(self.results)} repeats x {self.number} calls)"
         )
+
+
+def time_repeats(
+    run: Callable[[int], float],
+    number: int,
+    repeat: int,
+    min_repeat_ms: float = 0,
+    before_repeat: Callable[[], None] | None = None,
+) -> TimeResult:
+    """Time ``repeat`` repeats of ``run(number)`` (which makes ``number`` calls and returns the
+    seconds they took) after one warm-up call. With ``min_repeat_ms``, ``number`` first grows
+    until one repeat lasts at least that long; ``before_repeat`` runs untimed before each repeat."""
+    if number < 1 or repeat < 1:
+        raise ValueError("number and repeat must be at least 1")
+    run(1)
+    while min_repeat_ms > 0 and (ms := run(number) * 1e3) < min_repeat_ms:
+        number = max(number * 2, math.ceil(number * min_repeat_ms / max(ms, 1e-3) * 1.1))
+    results = []
+    for _ in range(repeat):
+        if before_repeat is not None:
+            before_repeat()
+        results.append(run(number) / number)
+    return TimeResult(tuple(results), number)
 
 
 def _fmt(seconds: float) -> str:

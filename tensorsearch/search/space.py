@@ -38,7 +38,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
+from ..ir import BufferLoad, BufferStore, IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
 from ..ir.functor import free_vars
 from ..ir.stmt import Block, IterType
 from ..lower.common import is_const
@@ -108,6 +108,32 @@ def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
     """Whether the block is the inner block of a tile marked for tensorization."""
     path = sch._block(block).path
     return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
+
+
+def _loads_and_lane(blk: Block) -> tuple[dict[str, BufferLoad], Any]:
+    """The first load of each buffer in ``blk``'s body, and the last index of its first store
+    (the output's vector-lane iterator when it is a plain iterator), in one walk."""
+    loads: dict[str, BufferLoad] = {}
+    stores: list[BufferStore] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, BufferLoad):
+            loads.setdefault(node.buffer.name, node)
+        elif isinstance(node, BufferStore):
+            stores.append(node)
+
+    post_order_visit(blk.body, visit)
+    return loads, (stores[0].indices[-1] if stores and stores[0].indices else None)
+
+
+def _lane_dim(load: BufferLoad, lane: Var, kinds: dict[Var, IterType]) -> int | None:
+    """The one dimension of ``load`` indexed by ``lane`` itself, where another dimension holds a
+    reduction iterator (``Y[k, j]``: 1); None otherwise."""
+    dims = [d for d, i in enumerate(load.indices) if lane in free_vars(i)]
+    if len(load.indices) < 2 or len(dims) != 1 or load.indices[dims[0]] is not lane:
+        return None
+    others = [i for d, i in enumerate(load.indices) if d != dims[0]]
+    return dims[0] if any(kinds.get(v) == IterType.REDUCE for i in others for v in free_vars(i)) else None
 
 
 def _panel_map(rank: int, lane_dim: int, lanes: int) -> str:
@@ -420,39 +446,26 @@ class MultiLevelTiling(ScheduleRule):
         ``K[b, h, j, k]``, read transposed) into vector-wide panels ``(j // L, <the other
         dimensions>, j % L)`` (``L`` lanes): a vector of ``j`` becomes adjacent, and the rows of
         a panel too, instead of one buffer row apart. Returns whether any read was staged."""
-        from ..ir import BufferLoad, BufferStore
-        from ..ir.functor import post_order_visit
-
-        realize, _ = sch._block_realize(block)
-        blk = realize.block
+        blk = sch._block_realize(block)[0].block
         kinds = {iv.var: iv.iter_type for iv in blk.iter_vars}
-        loads: dict[str, BufferLoad] = {}
-        stores: list[BufferStore] = []
-        post_order_visit(blk.body, lambda n: loads.setdefault(n.buffer.name, n) if isinstance(n, BufferLoad) else None)
-        post_order_visit(blk.body, lambda n: stores.append(n) if isinstance(n, BufferStore) else None)
-        lane = stores[0].indices[-1] if stores and stores[0].indices else None
+        loads, lane = _loads_and_lane(blk)
         if not (isinstance(lane, Var) and kinds.get(lane) == IterType.SPATIAL):
             return False
         out_buf = blk.writes[0].buffer.name if blk.writes else None
         staged = False
         for name in [r.buffer.name for r in blk.reads]:
             load = loads.get(name)
-            if load is None or name == out_buf or len(load.indices) < 2:
+            dim = None if load is None or name == out_buf else _lane_dim(load, lane, kinds)
+            if dim is None:
                 continue
-            dims = [d for d, i in enumerate(load.indices) if lane in free_vars(i)]
-            if len(dims) != 1 or load.indices[dims[0]] is not lane:
-                continue
-            others = [i for d, i in enumerate(load.indices) if d != dims[0]]
-            if not any(kinds.get(v) == IterType.REDUCE for i in others for v in free_vars(i)):
-                continue
-            ext = load.buffer.shape[dims[0]]
+            ext = load.buffer.shape[dim]
             lanes = max(1, self.vector_bits // load.buffer.dtype.bits)
             if not isinstance(ext, IntImm) or ext.value % lanes or ext.value <= lanes:
                 continue
             index = next(i for i, r in enumerate(sch.get(block).reads) if r.buffer.name == name)
             try:
                 pack = sch.cache_read(block, index, "global")
-                sch.transform_layout(pack, ("write", 0), _panel_map(len(load.indices), dims[0], lanes))
+                sch.transform_layout(pack, ("write", 0), _panel_map(len(load.indices), dim, lanes))
             except ScheduleError:
                 return False
             staged = True
@@ -637,7 +650,7 @@ def _layout_copy_factors(sch: Schedule, block: BlockRV) -> dict[Var, int] | None
     """For a spatial block that only copies into a layout with ``v // c`` and ``v % c`` indices
     (``dst[..., v // c, ..., v % c] = src[...]``), each such iterator ``v`` with its ``c``, in the
     destination's order; None for any other block."""
-    from ..ir import BufferLoad, BufferStore, FloorDiv, FloorMod
+    from ..ir import FloorDiv, FloorMod
 
     blk = sch.get(block)
     body = blk.body
