@@ -64,8 +64,51 @@ def f(A: T.Buffer((8,), "float32"), B: T.Buffer((12,), "float32")):
     np.testing.assert_array_equal(got[1], np.pad(a, 2))
     np.testing.assert_array_equal(got[1], want[1])
     text = cg.generate(parse(src))
-    assert "sel.t" not in text  # no branch: the load's address is selected, then its value
-    assert re.search(r'select\s+i1 %"[^"]+", i32', text)  # the index: element 0 where the guard is false
+    assert "sel.t" not in text  # no branch: one load from the element's address or a constant zero's
+    assert re.search(r'select\s+i1 %"[^"]+", ptr %"[^"]+", [^\n]*@"__ts_zeros_float_1"', text)
+    assert not re.search(r"select\s+i1 %\"[^\"]+\", float", text)  # the loaded value is not selected
+
+
+@pytest.mark.parametrize(
+    "dtype, zero",
+    [("float32", "T.float32(0.0)"), ("int8", "T.int8(0)"), ("bfloat16", "T.bfloat16(0.0)")],
+)
+def test_a_padding_read_loads_from_a_selected_address(dtype, zero):
+    # Select(c, A[...], 0) either way round, scalar and 16 contiguous lanes: each is one load
+    src = f"""
+@T.prim_func
+def f(A: T.Buffer((64,), "{dtype}"), B: T.Buffer((96,), "{dtype}"), C: T.Buffer((96,), "{dtype}")):
+    for i in T.serial(6):
+        for j in T.serial(16):
+            B[i * 16 + j] = T.Select(1 <= i and i < 5, A[i * 16 + j - 16], {zero})
+        C[T.Ramp(i * 16, 1, 16)] = T.Select(i < 1 or 5 <= i, T.Broadcast({zero}, 16), A[T.Ramp(i * 16 - 16, 1, 16)])
+"""
+    np_dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    a = (rng().standard_normal(64) * 50).astype(np_dtype)
+    b, c = np.ones(96, np_dtype), np.ones(96, np_dtype)
+    build(parse(src))(a, b, c)
+    np.testing.assert_array_equal(b, np.pad(a, 16))
+    np.testing.assert_array_equal(c, np.pad(a, 16))
+    text = cg.generate(parse(src))
+    assert "sel.t" not in text and len(re.findall(r"@\"__ts_zeros_\w+\" = private constant", text)) == 2
+
+
+@pytest.mark.parametrize("other", ["T.float32(-0.0)", "T.float32(1.0)", "B[i]"])
+def test_a_select_of_a_load_and_anything_but_zero_selects_the_value(other):
+    # -0.0 is not +0.0's bits: only a positive zero is read from the constant
+    src = f"""
+@T.prim_func
+def f(A: T.Buffer((8,), "float32"), B: T.Buffer((12,), "float32"), C: T.Buffer((12,), "float32")):
+    for i in T.serial(12):
+        C[i] = T.Select(2 <= i and i < 10, A[i - 2], {other})
+"""
+    a = rng().standard_normal(8).astype("float32")
+    b = rng().standard_normal(12).astype("float32")
+    got, want = run_both(src, a, b, np.zeros(12, "float32"))
+    np.testing.assert_array_equal(got[2], want[2])
+    if other.startswith("T."):  # the padding's value, its sign included
+        assert got[2][0] == float(other[10:-1]) and np.signbit(got[2][0]) == other.startswith("T.float32(-")
+    assert "__ts_zeros" not in cg.generate(parse(src))
 
 
 def test_select_with_a_division_by_a_variable_branches():

@@ -15,6 +15,7 @@ kernel ``n`` times (used by the timer).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -212,6 +213,25 @@ def _unsafe(n: Any) -> bool:
     if isinstance(n, Div | Mod | FloorDiv | FloorMod) and not n.dtype.is_float:
         return not (isinstance(n.b, IntImm) and n.b.value not in (0, -1))
     return isinstance(n, Call) and n.op.startswith("llvm.")
+
+
+def _load_or_zero(load: PrimExpr, other: PrimExpr) -> bool:
+    """Whether ``select(c, load, other)`` is a padding read: ``load`` a flattened load of one
+    element or of contiguous lanes, its index safe to evaluate anywhere, and ``other`` zero."""
+    if not (isinstance(load, BufferLoad) and len(load.indices) == 1 and _is_zero(other)):
+        return False
+    index = load.indices[0]
+    if index.dtype.lanes > 1 and not (
+        isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value == 1
+    ):
+        return False
+    return not _contains(index, _unsafe)
+
+
+def _is_zero(e: PrimExpr) -> bool:
+    if isinstance(e, Broadcast):
+        return _is_zero(e.value)
+    return isinstance(e, IntImm | FloatImm) and e.value == 0 and math.copysign(1.0, e.value) > 0
 
 
 def _unguardable(n: Any) -> bool:
@@ -888,6 +908,11 @@ class _CodeGen:
         c = self.expr(cond)
         if not (_contains(t, _unsafe) or _contains(f, _unsafe)):
             return self.b.select(c, self.expr(t), self.expr(f))
+        if cond.dtype.lanes == 1 and self.mask is None:
+            if _load_or_zero(t, f):
+                return self.load_or_zero(c, t)
+            if _load_or_zero(f, t):
+                return self.load_or_zero(self.b.not_(c), f)
         if cond.dtype.lanes == 1:
             if _contains(t, _unguardable) or _contains(f, _unguardable):
                 return self.lazy(c, t, f, dt)
@@ -897,6 +922,33 @@ class _CodeGen:
             return self.each_side_under(c, t, f, "guard")
         # vector condition: evaluate each side with the other side's lanes masked off
         return self.each_side_under(c, t, f, "mask")
+
+    def load_or_zero(self, c: ir.Value, load: BufferLoad) -> ir.Value:
+        """``select(c, load, 0)`` as one load from an address selected between the element's and
+        a constant zero's: no branch and no select of the value, so the load can stay an operand
+        of its use (a padded convolution's input broadcast into its FMA)."""
+        ptr, st = self.buffer_ptr(load.buffer)
+        index = load.indices[0]
+        lanes = index.dtype.lanes
+        first = index.base if lanes > 1 else index
+        real = self.b.gep(ptr, [self._guarded_index(first)], inbounds=True, source_etype=st)
+        zero = self._zeros(st, lanes)
+        addr = self.b.select(c, real, self.b.bitcast(zero, real.type))
+        typ = ir.VectorType(st, lanes) if lanes > 1 else st
+        return self.from_storage(self.b.load(addr, typ=typ, align=load.buffer.dtype.bytes), load.dtype)
+
+    def _zeros(self, st: ir.Type, lanes: int) -> ir.GlobalVariable:
+        """A module-private constant of ``lanes`` zero elements of storage type ``st``."""
+        name = f"__ts_zeros_{st}_{lanes}".replace(" ", "")
+        if name in self.module.globals:
+            return self.module.globals[name]
+        arr = ir.ArrayType(st, lanes)
+        g = ir.GlobalVariable(self.module, arr, name=name)
+        g.global_constant = True
+        g.linkage = "private"
+        g.align = 64
+        g.initializer = ir.Constant(arr, None)
+        return g
 
     def each_side_under(self, c: ir.Value, t: PrimExpr, f: PrimExpr, attr: str) -> ir.Value:
         """``select(c, t, f)`` with ``t`` evaluated under ``c`` and ``f`` under ``not c``, both
