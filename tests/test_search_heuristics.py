@@ -58,6 +58,21 @@ def test_float32_gemm_register_tile_is_whole_vectors_that_fit_the_register_file(
     assert i_tiles[0] * j_tiles[0] >= 2 * ZNVER4.cores
 
 
+def test_padded_vector_loop_gets_a_register_tile_of_whole_vectors():
+    # ViT's 197 tokens padded to 208 = 13 x 16 lanes: four vectors' worth would be 52 columns, the
+    # largest divisor below 64, 3.25 vectors; the tile is 16 columns by as many rows as fit
+    wl = workloads.make("GMM", (1, 197, 197, 64), "float32")
+    space = DesignSpace(wl.func, ZNVER4)
+    padded = [k for k, t in enumerate(space.traces) if any(i.kind.name == "pad_einsum" for i in t.insts)]
+    assert padded
+    for k in padded:
+        trace = heuristic_trace(space.traces[k], wl.func, ZNVER4)
+        i_tiles, j_tiles, _ = tiles_of(trace)
+        assert math.prod(j_tiles) == 208 and j_tiles[-1] == 16
+        assert i_tiles[-1] + 1 + 2 <= 32 and i_tiles[-1] >= 8  # accumulators + one loaded vector + spare
+        assert space.replay(trace, k) is not None
+
+
 def test_depthwise_register_tile_is_one_vector_by_a_few_columns_with_many_jobs():
     # DEP:1 (112x112x64, 3x3, stride 2): the input is not shared across output channels, so the
     # register tile is one vector of channels by up to 8 columns, the 3x3 window whole around it,

@@ -96,6 +96,13 @@ def _largest_divisor(n: int, limit: float) -> int:
     return max(d for d in _divisors(n) if d <= max(1, limit))
 
 
+def _whole_vectors(n: int, limit: float, per_vector: float) -> int:
+    """The largest divisor of ``n`` not above ``limit`` that is whole machine vectors (208 padded
+    tokens, 16 lanes, at most 64: 16, not 52), else the largest divisor not above it."""
+    whole = [d for d in _divisors(n) if d <= max(1, limit) and d % per_vector == 0]
+    return max(whole) if whole else _largest_divisor(n, limit)
+
+
 def _const(expr: Any) -> int | None:
     from ..arith import simplify
 
@@ -204,7 +211,7 @@ class _Block:
         per_vector = self.per_vector
         shapes = []
         for n_vec in (1, 2, 3, 4, 6, 8):
-            t_vec = _largest_divisor(vec[1], min(max_inner, n_vec * per_vector))
+            t_vec = _whole_vectors(vec[1], min(max_inner, n_vec * per_vector), per_vector)
             tiles = {vec[0]: t_vec}
             vectors = max(1.0, t_vec * self.vector_step / self.model.vector_bytes)
             budget = self.model.vector_registers - vectors - 2
