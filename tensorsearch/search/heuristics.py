@@ -14,9 +14,10 @@ every ``sample_perfect_tile`` of a block tiled by ``MultiLevelTiling`` (``SSRSRS
 The rules (per tiled block; ``S3`` innermost spatial tile, ``R1`` inner reduction tile):
 
 * **register tile** (``S3``): the loop that walks the output's last dimension gets one or a few
-  machine vectors of the narrowest operand it indexes there (``vector_bits`` from the YAML; an
-  int8 GEMM on AVX2 loads 32 bytes of ``Y`` per vector; for an intrinsic's outer block, whole
-  intrinsic tiles), the other spatial loops (innermost first) rows, so that the accumulators fit the
+  whole machine vectors of the narrowest operand it indexes there where its extent allows
+  (``vector_bits`` from the YAML; an int8 GEMM on AVX2 loads 32 bytes of ``Y`` per vector; 208
+  padded tokens get 16 float32 columns, not 52; for an intrinsic's outer block, whole intrinsic
+  tiles), the other spatial loops (innermost first) rows, so that the accumulators fit the
   register file (32 vector registers for AVX-512 or aarch64, 16 otherwise, less one per loaded
   vector and two spare); the variants are the shapes of best loads-per-accumulator ratio first
   (each operand loaded once per tile iteration of the loops that index it);
