@@ -221,11 +221,14 @@ def _load_or_zero(load: PrimExpr, other: PrimExpr) -> bool:
     if not (isinstance(load, BufferLoad) and len(load.indices) == 1 and _is_zero(other)):
         return False
     index = load.indices[0]
-    if index.dtype.lanes > 1 and not (
-        isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value == 1
-    ):
+    if index.dtype.lanes > 1 and not _contiguous(index):
         return False
     return not _contains(index, _unsafe)
+
+
+def _contiguous(index: PrimExpr) -> bool:
+    """Whether a vector index is ``Ramp(base, 1, lanes)``: one load or store of adjacent elements."""
+    return isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value == 1
 
 
 def _is_zero(e: PrimExpr) -> bool:
@@ -597,7 +600,7 @@ class _CodeGen:
         align = s.buffer.dtype.bytes
         if index.dtype.lanes == 1:
             self.b.store(value, self.b.gep(ptr, [self.expr(index)], inbounds=True, source_etype=st), align=align)
-        elif isinstance(index, Ramp) and isinstance(index.stride, IntImm) and index.stride.value == 1:
+        elif _contiguous(index):
             p = self.b.gep(ptr, [self.expr(index.base)], inbounds=True, source_etype=st)
             self.b.store(value, p, align=align)
         else:
@@ -1064,12 +1067,7 @@ class _CodeGen:
             p = b.gep(ptr, [self._guarded_index(index)], inbounds=True, source_etype=st)
             return self.from_storage(b.load(p, typ=st, align=align), e.buffer.dtype)
         lanes = index.dtype.lanes
-        if (
-            self.mask is None
-            and isinstance(index, Ramp)
-            and isinstance(index.stride, IntImm)
-            and index.stride.value == 1
-        ):
+        if self.mask is None and _contiguous(index):
             p = b.gep(ptr, [self._guarded_index(index.base)], inbounds=True, source_etype=st)
             return self.from_storage(b.load(p, typ=ir.VectorType(st, lanes), align=align), e.buffer.dtype)
         idx = self._guarded_index(index)

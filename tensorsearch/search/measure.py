@@ -93,6 +93,7 @@ from typing import Any
 import numpy as np
 
 from ..ir.dtype import numpy_dtype, parse_dtype
+from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, IterType, PrimFunc
 from ..target import Hardware, load
 from ..transform import ConstantSplit, layout_free_params, split_constant_stages
@@ -523,7 +524,6 @@ def _remote_runner() -> Any:
 def _reduction_size(func: PrimFunc) -> int:
     """The largest product of reduction-iterator extents over the blocks (at least 1)."""
     from ..ir.expr import IntImm
-    from ..ir.functor import post_order_visit
 
     best = [1]
 
@@ -605,7 +605,6 @@ def _reference(
                 f"{n_in} inputs and {n_out} outputs"
             )
         return inputs, list(range(n_in, n_in + n_out)), workload.reference(*inputs), workload.check
-    from ..ir.dtype import numpy_dtype, parse_dtype
 
     params = signature(func)
     scalars = [p.name for p in params if p.kind != "buffer"]
@@ -632,8 +631,6 @@ def _reference(
 
 def _computes_in_float(func: PrimFunc) -> bool:
     """Whether any buffer of ``func`` (a parameter or one a block allocates) holds floats."""
-    from ..ir.functor import post_order_visit
-
     buffers = list(func.buffers)
     post_order_visit(func.body, lambda n: buffers.extend(n.alloc_buffers) if isinstance(n, Block) else None)
     return any(b.dtype.is_float for b in buffers)
