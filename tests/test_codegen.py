@@ -157,6 +157,42 @@ def f(A: T.Buffer((4, 16), "float32"), B: T.Buffer((6, 16), "float32")):
     assert "sel.t" not in text and "load <16 x float>" in text
 
 
+def test_scalar_reduction_updates_are_vectorized_by_llvm():
+    # a softmax row's max and sum over 197 (a prime: no whole vectors) left scalar by the schedule:
+    # the updates are maxnum and a reassociable fadd, so LLVM vectorizes both loops with a tail
+    src = """
+@T.prim_func
+def f(A: T.Buffer((6, 197), "float32"), M: T.Buffer((6,), "float32"), S: T.Buffer((6,), "float32")):
+    for i in T.serial(6):
+        M[i] = T.float32(-3.0e38)
+        for k in T.serial(197):
+            M[i] = T.max(M[i], A[i, k])
+        S[i] = T.float32(0.0)
+        for k in T.serial(197):
+            S[i] = S[i] + T.exp(A[i, k] - M[i])
+"""
+    a = rng().standard_normal((6, 197)).astype("float32") * 4
+    m, s = rng().standard_normal(6).astype("float32"), rng().standard_normal(6).astype("float32")
+    build(parse(src))(a, m, s)
+    np.testing.assert_array_equal(m, a.max(axis=1))
+    np.testing.assert_allclose(s, np.exp(a - a.max(axis=1, keepdims=True)).sum(axis=1), rtol=2e-6)
+    text = cg.generate(lower(parse(src)))
+    assert 'call float @"llvm.maxnum.f32"' in text and re.search(r"fadd reassoc nsz float", text)
+    optimized = str(cg.optimize(text, "x86-znver4"))
+    assert "@llvm.maxnum.v16f32" in optimized and re.search(r"fadd reassoc nsz <16 x float>", optimized)
+
+
+def test_an_elementwise_max_is_not_a_reduction():
+    # B[i] = max(A[i], 0): no accumulation, so the select of the plain max stays
+    src = """
+@T.prim_func
+def f(A: T.Buffer((16,), "float32"), B: T.Buffer((16,), "float32")):
+    for i in T.serial(16):
+        B[i] = T.max(A[i], T.float32(0.0))
+"""
+    assert "maxnum" not in cg.generate(lower(parse(src)))
+
+
 def test_vector_select_masks_loads():
     src = """
 @T.prim_func

@@ -310,8 +310,10 @@ def test_layer_normalization():
     reduction(single("LayerNormalization", x, {"s": rand((3, 8), seed=4)}, axis=1))
     node = helper.make_node("LayerNormalization", ["a", "s", "b"], ["y", "mean", "inv"], axis=-2)
     reduction(model([node], x, ["y", "mean", "inv"], {"s": rand((3, 8)), "b": bias}))
-    shifted = {"a": rand((2, 3, 8), lo=100.0, hi=100.5)}  # large mean, small spread: two passes
-    reduction(single("LayerNormalization", x, {"s": scale}), shifted)
+    # large mean, small spread: two passes. E[x^2] - E[x]^2 in float32 is off by 0.5-14% of the
+    # variance here; the order of the sum (vectorized or not) moves the mean by an ulp of 800
+    shifted = {"a": rand((2, 3, 8), lo=100.0, hi=100.5)}
+    check(single("LayerNormalization", x, {"s": scale}), shifted, rtol=5e-4, atol=5e-4)
 
 
 def test_reduce_axes_keepdims_and_opsets():

@@ -168,3 +168,39 @@ def test_mid_tile_sits_above_the_reduction():
     space = DesignSpace(wl.func, ZNVER4)
     h, w, co, rc = tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4))
     assert (h, w, co, rc) == ([7, 8, 1, 1], [7, 2, 1, 4], [1, 1, 1, 64], [2, 32])
+
+
+def _softmax(rows: int, cols: int):
+    from tensorsearch import te
+
+    x = te.placeholder((rows, cols), "float32", "x")
+    k = te.reduce_axis((0, cols), "k")
+    peak = te.compute((rows,), lambda i: te.max(x[i, k], axis=k), name="peak")
+    k2 = te.reduce_axis((0, cols), "k2")
+    total = te.compute((rows,), lambda i: te.sum(te.exp(x[i, k2] - peak[i]), axis=k2), name="total")
+    y = te.compute((rows, cols), lambda i, j: te.exp(x[i, j] - peak[i]) / total[i], name="y")
+    return te.create_prim_func([x, y])
+
+
+def test_row_reductions_are_computed_once_under_their_consumers_row_loop():
+    # a softmax's max and sum read each element for one output only: tiling them gains nothing,
+    # so the first design space leaves them untiled and the analytic decisions compute them
+    # under the row loop of the output, each row once (not at the column loop, once a column)
+    from tensorsearch.runtime import build
+
+    func = _softmax(24, 37)  # 37 columns: no whole vectors, LLVM vectorizes the rows with a tail
+    space = DesignSpace(func, ZNVER4)
+    first = space.traces[0]
+    assert not any(i.kind.name == "sample_perfect_tile" for i in first.insts)
+    trace = heuristic_trace(first, func, ZNVER4)
+    cand = space.replay(trace, 0)
+    assert cand is not None
+    out = cand.func.script()
+    row_loop = out.index("T.parallel(24)")
+    assert row_loop < out.index('T.block("peak_update")') < out.index('T.block("total_update")')
+    assert out.count("T.serial(37)") >= 2  # each reduction's own loop over one row's columns
+    x = np.random.default_rng(4).standard_normal((24, 37)).astype("float32") * 3
+    y = np.zeros_like(x)
+    build(cand.func, ZNVER4 if ZNVER4.name == hardware.load("host").name else "host")(x, y)
+    e = np.exp(x - x.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(axis=1, keepdims=True), rtol=1e-5, atol=1e-7)

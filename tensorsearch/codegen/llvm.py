@@ -72,12 +72,14 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
+from ..ir.structural import structural_equal
 from ..target import Hardware, resolve
 from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intrinsics
 from . import fastmath
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)
+REDUCTION_FLAGS = ("reassoc", "nsz")  # on a reduction update's fadd or fmuladd (_reduction_update)
 
 
 class CodegenError(ValueError):
@@ -311,6 +313,7 @@ class _CodeGen:
         self.loop_ids = 0
         self.parallel_ids = 0
         self.mask: ir.Value | None = None
+        self.reduction: Add | Max | Min | None = None  # the update of the store being emitted (_reduction_update)
         self.guard: ir.Value | None = None  # scalar i1: loads read element 0 where it is false
         self.fn: _Fn
         nt = ir.GlobalVariable(self.module, I32, NUM_THREADS_SYMBOL)
@@ -595,7 +598,11 @@ class _CodeGen:
         ptr, st = self.buffer_ptr(s.buffer)
         if len(s.indices) != 1:
             raise CodegenError(f"store to {s.buffer.name} has {len(s.indices)} indices; lower (flatten) it first")
-        value = self.to_storage(self.expr(s.value), s.buffer.dtype)
+        self.reduction = _reduction_update(s)
+        try:
+            value = self.to_storage(self.expr(s.value), s.buffer.dtype)
+        finally:
+            self.reduction = None
         index = s.indices[0]
         align = s.buffer.dtype.bytes
         if index.dtype.lanes == 1:
@@ -734,7 +741,7 @@ class _CodeGen:
         a, b = self.expr(e.a), self.expr(e.b)
         dt = e.dtype
         if dt.is_float:
-            r = getattr(self.b, float_op)(a, b)
+            r = getattr(self.b, float_op)(a, b, flags=REDUCTION_FLAGS if e is self.reduction else ())
             return self.round_bf16(r) if dt.code == "bfloat" else r
         return getattr(self.b, int_op)(a, b)
 
@@ -757,7 +764,7 @@ class _CodeGen:
                 x = self.b.fneg(x)
         else:
             return None
-        return self.call_intrinsic("llvm.fmuladd", [x, y, c])
+        return self.call_intrinsic("llvm.fmuladd", [x, y, c], REDUCTION_FLAGS if e is self.reduction else ())
 
     def e_Add(self, e: Add) -> ir.Value:
         r = self._fmuladd(e)
@@ -847,6 +854,8 @@ class _CodeGen:
     def _minmax(self, e: Any, op: str) -> ir.Value:
         a, b = self.expr(e.a), self.expr(e.b)
         dt = e.dtype
+        if e is self.reduction:  # NaN-ignoring like the select below, and vectorizable as a reduction
+            return self.call_intrinsic("llvm.maxnum" if op == ">" else "llvm.minnum", [a, b])
         # Python's min(a, b) is ``b if b < a else a``
         if dt.is_float:
             take_b = self.b.fcmp_ordered(op, b, a)
@@ -1114,10 +1123,10 @@ class _CodeGen:
         return g
 
     # calls -------------------------------------------------------------------------------
-    def call_intrinsic(self, name: str, args: list[ir.Value]) -> ir.Value:
+    def call_intrinsic(self, name: str, args: list[ir.Value], fastmath: tuple[str, ...] = ()) -> ir.Value:
         t = args[0].type
         fn = self.declare(f"{name}.{_type_suffix(t)}", t, [a.type for a in args])
-        return self.b.call(fn, args)
+        return self.b.call(fn, args, fastmath=fastmath)
 
     def e_Call(self, e: Call, statement: bool = False) -> ir.Value:
         op = e.op[4:] if e.op.startswith("tir.") else e.op
@@ -1209,6 +1218,25 @@ class _CodeGen:
         if op in ("floor", "ceil", "round", "nearbyint", "trunc") and len(args) == 1:
             return args[0]
         raise CodegenError(f"unsupported integer call {op}")
+
+
+def _reduction_update(s: BufferStore) -> Add | Max | Min | None:
+    """The ``+``, ``max`` or ``min`` of a scalar float32/float64 store ``B[i] = B[i] op x`` (a
+    reduction block's update), else None.
+
+    TensorIR leaves a reduction's order free (a schedule reorders, splits and rfactors its loops),
+    so the codegen says so to LLVM: the ``fadd`` (or ``fmuladd``) gets ``reassoc nsz`` and
+    ``max``/``min`` become ``llvm.maxnum``/``minnum``. LLVM's loop vectorizer then vectorizes a
+    reduction loop the schedule left scalar, tail included (a softmax row of 197, a prime)."""
+    v = s.value
+    if s.indices[0].dtype.lanes != 1 or not isinstance(v, Add | Max | Min):
+        return None
+    if not (v.dtype.code == "float" and v.dtype.bits in (32, 64)):
+        return None
+    for x in (v.a, v.b):
+        if isinstance(x, BufferLoad) and x.buffer is s.buffer and structural_equal(x.indices[0], s.indices[0]):
+            return v
+    return None
 
 
 def _fix_loop_metadata(text: str) -> str:

@@ -58,7 +58,7 @@ from ..ir.functor import free_vars, substitute
 from ..schedule import Schedule, ScheduleError, Trace
 from ..schedule.trace import _flatten_outputs, _map_rvs
 from ..target import Hardware
-from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _iter_kinds
+from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _is_reduction, _iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
 
@@ -376,6 +376,8 @@ class _Decider:
             # a pack an intrinsic reads cannot be inlined, and goes to the root
             if self.compute_root or _feeds_an_intrinsic(sch, kwargs["block"]):
                 return -1
+            if _is_reduction(sch, kwargs["block"]):
+                return _deepest_without_recompute(sch, kwargs["block"])
             return -2
         if name == "sample_categorical" and inst.outputs:
             key = self.feeds.get(id(inst.outputs[0]))
@@ -414,6 +416,23 @@ class _Decider:
         if tiles is None or len(tiles) != kwargs["n"] or tiles[-1] > max_inner:
             return None
         return list(tiles)
+
+
+def _deepest_without_recompute(sch: Schedule, block: Any) -> int:
+    """The deepest compute location of a reduction where it still computes each element once,
+    else -1 (the root). A softmax's row sum goes under the row loop of its consumer, and LLVM
+    vectorizes it there; under the column loop below, it would redo the row for every column."""
+    volume = math.prod(_const(iv.dom.extent) or 0 for iv in sch.get(block).iter_vars)
+    consumers = sch.get_consumers(block)
+    for decision in reversed(range(len(sch.get_loops(consumers[0])) if consumers else 0)):
+        fork = sch.copy()
+        try:
+            fork.compute_at(block, fork.sample_compute_location(block, decision=decision))
+        except ScheduleError:
+            continue
+        if math.prod(_const(fork.get(lp).extent) or 0 for lp in fork.get_loops(block)) == volume:
+            return decision
+    return -1
 
 
 def _feeds_an_intrinsic(sch: Schedule, block: Any) -> bool:

@@ -93,6 +93,32 @@ def _trivially_bound(sch: Schedule, block: BlockRV) -> bool:
     return all(isinstance(lp.extent, IntImm) for lp in loops)
 
 
+def _reuses_reads(sch: Schedule, block: BlockRV) -> bool:
+    """Whether some read of the block misses one of its spatial iterators (of extent above 1):
+    the same element serves several outputs, which is what tiling exploits (TVM's
+    NeedsMultiLevelTiling). A softmax's row max or sum reads each element for one output only."""
+    blk = sch.get(block)
+    spatial = {iv.var for iv in blk.iter_vars if iv.iter_type != IterType.REDUCE and not is_const(iv.dom.extent, 1)}
+    written = {r.buffer for r in blk.writes}
+    for region in blk.reads:
+        if region.buffer in written:
+            continue
+        used: set[Var] = set()
+        for rng in region.region:
+            used |= set(free_vars(rng.min))
+        if spatial - used:
+            return True
+    return False
+
+
+def _reduces_rows(sch: Schedule, block: BlockRV) -> bool:
+    """Whether the block reduces along a read's last (contiguous) dimension, as a softmax's or a
+    layer norm's row reduction does: left untiled, LLVM vectorizes the row loop itself."""
+    blk = sch.get(block)
+    reduce = {iv.var for iv in blk.iter_vars if iv.iter_type == IterType.REDUCE}
+    return any(r.region and set(free_vars(r.region[-1].min)) & reduce for r in blk.reads)
+
+
 def _is_output(sch: Schedule, block: BlockRV) -> bool:
     params = {b.name for b in sch.func.buffers}
     return any(r.buffer.name in params for r in sch.get(block).writes)
@@ -407,6 +433,8 @@ class MultiLevelTiling(ScheduleRule):
                 packed = variant.copy()
                 if self._pack_reads(packed, block):
                     spaces += self.tile(packed, block)
+        if not _reuses_reads(sch, block):  # also untiled, for RandomComputeLocation
+            spaces.insert(0, sch) if _reduces_rows(sch, block) else spaces.append(sch)
         return spaces
 
     def _pad_awkward(self, sch: Schedule, block: BlockRV) -> Schedule | None:
@@ -635,7 +663,7 @@ class RandomComputeLocation(ScheduleRule):
             consumers = sch.get_consumers(block)
         except ScheduleError:
             return [sch]
-        if len(consumers) != 1 or _any_tensorized(sch, consumers):
+        if not consumers or _any_tensorized(sch, consumers):
             return [sch]
         fork = sch.copy()
         try:
