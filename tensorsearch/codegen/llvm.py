@@ -80,6 +80,9 @@ from . import fastmath
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)
 REDUCTION_FLAGS = ("reassoc", "nsz")  # on a reduction update's fadd or fmuladd (_reduction_update)
+# on its maxnum/minnum: without nnan, LLVM 22's loop vectorizer takes a newer path for NaN-aware
+# max reductions that aborts on some loops (a cost-model assertion, BERT's 128-column softmax)
+MINMAX_REDUCTION_FLAGS = ("nnan", "nsz")
 
 
 class CodegenError(ValueError):
@@ -854,8 +857,8 @@ class _CodeGen:
     def _minmax(self, e: Any, op: str) -> ir.Value:
         a, b = self.expr(e.a), self.expr(e.b)
         dt = e.dtype
-        if e is self.reduction:  # NaN-ignoring like the select below, and vectorizable as a reduction
-            return self.call_intrinsic("llvm.maxnum" if op == ">" else "llvm.minnum", [a, b])
+        if e is self.reduction:
+            return self.call_intrinsic("llvm.maxnum" if op == ">" else "llvm.minnum", [a, b], MINMAX_REDUCTION_FLAGS)
         # Python's min(a, b) is ``b if b < a else a``
         if dt.is_float:
             take_b = self.b.fcmp_ordered(op, b, a)
@@ -1226,8 +1229,9 @@ def _reduction_update(s: BufferStore) -> Add | Max | Min | None:
 
     TensorIR leaves a reduction's order free (a schedule reorders, splits and rfactors its loops),
     so the codegen says so to LLVM: the ``fadd`` (or ``fmuladd``) gets ``reassoc nsz`` and
-    ``max``/``min`` become ``llvm.maxnum``/``minnum``. LLVM's loop vectorizer then vectorizes a
-    reduction loop the schedule left scalar, tail included (a softmax row of 197, a prime)."""
+    ``max``/``min`` become ``llvm.maxnum``/``minnum`` with ``nnan nsz`` (a NaN in a max or min
+    reduction gives an unspecified value, as under -ffast-math). LLVM's loop vectorizer then
+    vectorizes a reduction loop the schedule left scalar, tail included (a softmax row of 197)."""
     v = s.value
     if s.indices[0].dtype.lanes != 1 or not isinstance(v, Add | Max | Min):
         return None
