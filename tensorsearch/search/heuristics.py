@@ -40,7 +40,9 @@ The rules (per tiled block; ``S3`` innermost spatial tile, ``R1`` inner reductio
   or intrinsic call), not the reduction loop around it; odd variants leave unrolling to LLVM;
 * **compute locations**: inline (a padding stage read through its ``Select``), the root where
   inlining is illegal or an intrinsic reads the stage (a pack under the output's tile loops
-  repeats whole for every tile); with ``compute_root`` the root for every stage.
+  repeats whole for every tile); an untiled reduction at the deepest consumer loop where it
+  computes each element once (a softmax's row sum under the row loop); with ``compute_root``
+  the root for every stage.
 
 Footprints are exact for affine accesses: a buffer region's extent along one dimension is
 ``sum |coefficient| x (tile - 1) + extent per iteration``. Any other sampling instruction (an
@@ -422,15 +424,17 @@ def _deepest_without_recompute(sch: Schedule, block: Any) -> int:
     """The deepest compute location of a reduction where it still computes each element once,
     else -1 (the root). A softmax's row sum goes under the row loop of its consumer, and LLVM
     vectorizes it there; under the column loop below, it would redo the row for every column."""
-    volume = math.prod(_const(iv.dom.extent) or 0 for iv in sch.get(block).iter_vars)
+    extents = [_const(iv.dom.extent) for iv in sch.get(block).iter_vars]
     consumers = sch.get_consumers(block)
-    for decision in reversed(range(len(sch.get_loops(consumers[0])) if consumers else 0)):
+    if None in extents or not consumers:
+        return -1
+    for decision in reversed(range(len(sch.get_loops(consumers[0])))):
         fork = sch.copy()
         try:
             fork.compute_at(block, fork.sample_compute_location(block, decision=decision))
         except ScheduleError:
             continue
-        if math.prod(_const(fork.get(lp).extent) or 0 for lp in fork.get_loops(block)) == volume:
+        if math.prod(_const(fork.get(lp).extent) or 0 for lp in fork.get_loops(block)) == math.prod(extents):
             return decision
     return -1
 

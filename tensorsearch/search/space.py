@@ -379,6 +379,9 @@ class MultiLevelTiling(ScheduleRule):
     After (one design space; the tile sizes are sampled)::
 
         for b_0, i_0, j_0, b_1, i_1, j_1, k_0, b_2, i_2, j_2, k_1, b_3, i_3, j_3 in ...:  Z[...] += ...
+
+    A reduction none of whose reads is shared between outputs (a softmax's row sum) also keeps an
+    untiled space, the first when it reduces rows (``_reuses_reads``, ``_reduces_rows``).
     """
 
     name = "MultiLevelTiling"
@@ -434,7 +437,7 @@ class MultiLevelTiling(ScheduleRule):
                 if self._pack_reads(packed, block):
                     spaces += self.tile(packed, block)
         if not _reuses_reads(sch, block):  # also untiled, for RandomComputeLocation
-            spaces.insert(0, sch) if _reduces_rows(sch, block) else spaces.append(sch)
+            spaces.insert(0 if _reduces_rows(sch, block) else len(spaces), sch)
         return spaces
 
     def _pad_awkward(self, sch: Schedule, block: BlockRV) -> Schedule | None:
@@ -639,8 +642,8 @@ class ParallelizeVectorizeUnroll(ScheduleRule):
 
 
 class RandomComputeLocation(ScheduleRule):
-    """Compute a block that no rule tiled at a sampled loop of its consumer
-    (``sample_compute_location`` + ``compute_at``; the sample may choose the root).
+    """Compute a block that no rule tiled at a sampled loop of its consumers (above all of them:
+    ``sample_compute_location`` + ``compute_at``; the sample may choose the root).
 
     A copy into a packed layout (what ``tile_with_intrin`` and read packing insert) stays at the
     root: packed once, it is reused by every tile, and TileLayoutCopy tiles its own loops, which
