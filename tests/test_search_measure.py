@@ -141,12 +141,13 @@ def test_flush_cache_times_one_call_after_each_flush(f32):
 
 
 def heavy_packing_gemm():
-    """Z = X @ P where P = 32768 * W is computed from W alone, slowly (a 32768-long reduction
-    per element): the stand-in for a weight's re-layout, a stage that reads only a constant."""
+    """Z = X @ P where P[k, j] = 64 x the sum of W's row k is computed from W alone, slowly (a
+    4096-long reduction per element, reading W around the row so that no compiler folds it):
+    the stand-in for a weight's re-layout, a stage that reads only a constant."""
     x = te.placeholder((64, 64), "float32", name="X")
     w = te.placeholder((64, 64), "float32", name="W")
-    r = te.reduce_axis((0, 32768), name="r")
-    p = te.compute((64, 64), lambda k, j: te.sum(w[k, j], axis=r), name="P")
+    r = te.reduce_axis((0, 4096), name="r")
+    p = te.compute((64, 64), lambda k, j: te.sum(w[k, te.floormod(j + r, 64)], axis=r), name="P")
     k = te.reduce_axis((0, 64), name="k")
     z = te.compute((64, 64), lambda i, j: te.sum(x[i, k] * p[k, j], axis=k), name="Z")
     return te.create_prim_func([x, w, z])

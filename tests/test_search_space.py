@@ -470,3 +470,33 @@ def test_transposed_convolution_is_split_into_phases_and_each_is_tensorized():
         assert names.count("tensorize") == 4
         xs = wl.make_inputs(rng)
         wl.check(ts.interpret(cand.func, *xs)[len(xs) :], wl.reference(*xs))
+
+
+def test_a_reduction_whose_reads_serve_one_output_each_also_stays_untiled():
+    # TVM tiles a reduction only where a read is shared between outputs (GEMM's A and B). A
+    # softmax's row sum reads each element for one output: it keeps an untiled space, the first
+    # since it reduces rows; a max pool's window (channels last) keeps one too, after the tiled ones
+    from tensorsearch.search.space import TILING_STRUCTURE
+
+    def tiled(spaces, name):
+        return [bool(dict(s.get(s.get_block(name)).annotations).get(TILING_STRUCTURE)) for s in spaces]
+
+    rule = MultiLevelTiling(vector_bits=512)
+    gemm = Schedule(workloads.make("GMM", (1, 32, 32, 32), "float32").func)
+    assert all(tiled(rule.apply(gemm, gemm.get_block("Z")), "Z"))
+
+    x = te.placeholder((8, 37), "float32", "x")
+    k = te.reduce_axis((0, 37), "k")
+    total = te.compute((8,), lambda i: te.sum(te.exp(x[i, k]), axis=k), name="total")
+    rows = Schedule(te.create_prim_func([x, total]))
+    got = tiled(rule.apply(rows, rows.get_block("total")), "total")
+    assert got[0] is False and all(got[1:]) and len(got) > 1
+
+    img = te.placeholder((1, 8, 8, 16), "float32", "img")
+    rh, rw = te.reduce_axis((0, 2), "rh"), te.reduce_axis((0, 2), "rw")
+    pool = te.compute(
+        (1, 4, 4, 16), lambda n, h, w, c: te.max(img[n, h * 2 + rh, w * 2 + rw, c], axis=[rh, rw]), name="pool"
+    )
+    window = Schedule(te.create_prim_func([img, pool]))
+    got = tiled(rule.apply(window, window.get_block("pool")), "pool")
+    assert got[-1] is False and all(got[:-1]) and len(got) > 1
