@@ -184,6 +184,17 @@ def test_host_picks_znver4_when_the_cpu_reports_it():
     assert hw.cores == (os.cpu_count() or hw.cores)
 
 
+def test_host_picks_the_emerald_rapids_descriptor_with_amx_only_where_the_vm_exposes_amx():
+    emr = {f[1:] for f in hardware.load("x86-emeraldrapids").features}
+    amx = {"amx-tile", "amx-int8", "amx-bf16"}
+    with_amx = hardware._select_host("x86_64-unknown-linux-gnu", "emeraldrapids", frozenset(emr | amx))
+    assert with_amx.name == "x86-emeraldrapids-amx"
+    assert [s.name for s in with_amx.intrinsic_sets] == ["x86-amx", "x86-avx512-vnni"]
+    hidden = hardware._select_host("x86_64-unknown-linux-gnu", "emeraldrapids", frozenset(emr))
+    assert hidden.name == "x86-emeraldrapids"
+    assert [s.name for s in hidden.intrinsic_sets] == ["x86-avx512-vnni"]
+
+
 def test_host_derives_a_descriptor_when_a_feature_is_missing():
     hw = hardware._select_host("x86_64-unknown-linux-gnu", "znver4", ZNVER4_FEATURES - {"avx512bf16"})
     assert hw.name == "host-znver4" and hw.source is None and "+avx512bf16" not in hw.features

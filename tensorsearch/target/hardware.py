@@ -661,7 +661,7 @@ def host() -> Hardware:
 
     A shipped descriptor is chosen when its ``cpu`` equals LLVM's host CPU name, its triple has the
     host's architecture, and each of its ``+feature`` is reported present (each ``-feature``
-    absent); ``cores`` is then replaced by ``os.cpu_count()`` when the machine has a different
+    absent), the one naming the most features where several match; ``cores`` is then replaced by ``os.cpu_count()`` when the machine has a different
     count (``note`` says so). Otherwise a descriptor is built from the reported name and features
     (cores from ``os.cpu_count()``, caches from ``/sys/devices/system/cpu/cpu0/cache``), its
     ``note`` explains that, and a :class:`HardwareWarning` is issued once per process.
@@ -683,7 +683,10 @@ def native() -> Hardware:
 
 
 def _select_host(triple: str, cpu: str, features: frozenset[str]) -> Hardware:
+    """The matching shipped descriptor that names the most features (x86-emeraldrapids-amx over
+    x86-emeraldrapids where the VM exposes AMX), else one derived from what LLVM reports."""
     checked: list[str] = []
+    matching: list[Hardware] = []
     for name in available():
         try:
             hw = load(name)
@@ -691,8 +694,11 @@ def _select_host(triple: str, cpu: str, features: frozenset[str]) -> Hardware:
             continue
         checked.append(name)
         if _matches(hw, triple, cpu, features):
-            cores = os.cpu_count() or hw.cores
-            if cores != hw.cores:
-                hw = dataclasses.replace(hw, cores=cores, note=f"cores set to os.cpu_count() = {cores}")
-            return hw
-    return _with_runnable_sets(_derive_host(triple, cpu, features, checked))
+            matching.append(hw)
+    if not matching:
+        return _with_runnable_sets(_derive_host(triple, cpu, features, checked))
+    hw = max(matching, key=lambda m: len(m.features))  # the first of equals, in available() order
+    cores = os.cpu_count() or hw.cores
+    if cores != hw.cores:
+        hw = dataclasses.replace(hw, cores=cores, note=f"cores set to os.cpu_count() = {cores}")
+    return hw
