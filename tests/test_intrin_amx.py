@@ -212,17 +212,24 @@ def test_bf16_gemm_lowers_to_tdpbf16ps():
 
 
 def test_a_tile_that_does_not_fit_the_unit_leaves_the_schedule_unchanged():
-    func = _gemm("uint8", "int8", "int32", 64, 32, 256, 4)
+    func = _gemm("uint8", "int8", "int32", 64, 24, 256, 4)
     sch = Schedule(func, hardware=SPR)
     i, j, k = sch.get_loops(sch.get_block("Z"))
     io, ii = sch.split(i, [None, 16])
     sch.reorder(io, ii, j, k)
     before, trace = sch.func, sch.trace.as_json_text()
     with pytest.raises(
-        TensorizeError, match=r"unit amx_16x16x64_u8i8i32: operand C \(shape \[16, 16\]\) covers 32 elements of Z"
+        TensorizeError, match=r"unit amx_16x16x64_u8i8i32: operand C \(shape \[16, 16\]\) covers 24 elements of Z"
     ):
         sch.tensorize(ii, INT8_UNIT)
     assert sch.func is before and sch.trace.as_json_text() == trace
+    sch = Schedule(_gemm("uint8", "int8", "int32", 16, 128, 256, 4), hardware=SPR)  # 1 A, 8 B and 8 C tiles
+    before = sch.func
+    with pytest.raises(
+        TensorizeError, match=r"the unit holds 17 tiles \(A0, B0, B1, .*, C7\), more than the 8 tile registers"
+    ):
+        sch.tensorize(sch.get_loops(sch.get_block("Z"))[0], INT8_UNIT)
+    assert sch.func is before
     plain = workloads.make("GMM", (1, 16, 16, 64), "int8").func  # Y[b, k, j]: not packed
     sch = Schedule(plain, hardware=SPR)
     with pytest.raises(
@@ -297,23 +304,23 @@ def main(X: T.Buffer((1, 64, 128), "uint8"), Y: T.Buffer((1, 128, 64), "int8"), 
             T.reads()
             T.writes(Z[v_bb, v_i, v_j])
             Z[v_bb, v_i, v_j] = 0
-    for bb, i_0, j_0 in T.grid(1, 4, 4):
+    for bb, i_0, j_0 in T.grid(1, 2, 2):
         with T.block("Z_update_o"):
             v_bb_o = T.axis.spatial(1, bb)
-            v_i_o = T.axis.spatial(4, i_0)
-            v_j_o = T.axis.spatial(4, j_0)
+            v_i_o = T.axis.spatial(2, i_0)
+            v_j_o = T.axis.spatial(2, j_0)
             v_k_o = T.axis.reduce(1, 0)
-            T.reads(Z[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, v_j_o * 16:v_j_o * 16 + 16], X[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, 0:128], Y_reindex[v_bb_o, v_j_o, 0:32, 0:16, 0:4])
-            T.writes(Z[v_bb_o, v_i_o * 16:v_i_o * 16 + 16, v_j_o * 16:v_j_o * 16 + 16])
+            T.reads(Z[v_bb_o, v_i_o * 32:v_i_o * 32 + 32, v_j_o * 32:v_j_o * 32 + 32], X[v_bb_o, v_i_o * 32:v_i_o * 32 + 32, 0:128], Y_reindex[v_bb_o, v_j_o * 2:v_j_o * 2 + 2, 0:32, 0:16, 0:4])
+            T.writes(Z[v_bb_o, v_i_o * 32:v_i_o * 32 + 32, v_j_o * 32:v_j_o * 32 + 32])
             T.block_attr({"cuda_unit": "amx_16x16x64_u8i8i32"})
-            for k_0, i_1, j_1, k_1 in T.grid(2, 16, 16, 64):
+            for k_0, i_1, j_1, k_1 in T.grid(2, 32, 32, 64):
                 with T.block("Z_update"):
-                    v_i_i = T.axis.spatial(16, i_1)
-                    v_j_i = T.axis.spatial(16, j_1)
+                    v_i_i = T.axis.spatial(32, i_1)
+                    v_j_i = T.axis.spatial(32, j_1)
                     v_k_i = T.axis.reduce(128, k_0 * 64 + k_1)
-                    T.reads(Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i], X[v_bb_o, v_i_o * 16 + v_i_i, v_k_i], Y_reindex[v_bb_o, v_j_o, v_k_i // 4, v_j_i, v_k_i % 4])
-                    T.writes(Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i])
-                    Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i] = Z[v_bb_o, v_i_o * 16 + v_i_i, v_j_o * 16 + v_j_i] + T.Cast("int32", X[v_bb_o, v_i_o * 16 + v_i_i, v_k_i]) * T.Cast("int32", Y_reindex[v_bb_o, v_j_o, v_k_i // 4, v_j_i, v_k_i % 4])
+                    T.reads(Z[v_bb_o, v_i_o * 32 + v_i_i, v_j_o * 32 + v_j_i], X[v_bb_o, v_i_o * 32 + v_i_i, v_k_i], Y_reindex[v_bb_o, v_j_o * 2 + v_j_i // 16, v_k_i // 4, v_j_i % 16, v_k_i % 4])
+                    T.writes(Z[v_bb_o, v_i_o * 32 + v_i_i, v_j_o * 32 + v_j_i])
+                    Z[v_bb_o, v_i_o * 32 + v_i_i, v_j_o * 32 + v_j_i] = Z[v_bb_o, v_i_o * 32 + v_i_i, v_j_o * 32 + v_j_i] + T.Cast("int32", X[v_bb_o, v_i_o * 32 + v_i_i, v_k_i]) * T.Cast("int32", Y_reindex[v_bb_o, v_j_o * 2 + v_j_i // 16, v_k_i // 4, v_j_i % 16, v_k_i % 4])
 """
 
 
@@ -340,9 +347,14 @@ def test_tile_with_intrin_then_tensorize_gives_the_unit_tile():
     sch.tensorize(outer, "amx_tdpbusd_16x16x64")  # the compute intrinsic names its unit
     assert ts.ir.structural_equal(sch.func, parse(TILED_GMM)), sch.func
     mod = ts.build(sch.func, SPR, jit=False)
-    # the tile spans k (two steps of 64); its init stays outside, so the unit loads C once, stores it once
-    ops = [c.op.removeprefix("llvm.x86.") for c in _calls(mod.lowered)]
-    assert ops == ["ldtilecfg", "tileloadd64", "tileloadd64", "tileloadd64", "tdpbusd", "tilestored64"]
+    # a 32 x 32 tile, register-blocked: 4 C tiles, 2 A and 2 B a step; it spans k (two steps of 64)
+    # and its init stays outside, so the unit loads each C tile once and stores it once
+    calls = _calls(mod.lowered)
+    ops = [c.op.removeprefix("llvm.x86.") for c in calls]
+    assert ops == ["ldtilecfg", *["tileloadd64"] * 8, *["tdpbusd"] * 4, *["tilestored64"] * 4]
+    tiles = [tuple(a.value for a in c.args if isinstance(a, IntImm) and a.dtype.bits == 8) for c in calls[1:]]
+    assert tiles == [(4,), (5,), (6,), (7,), (0,), (1,), (2,), (3,), (4, 0, 2), (5, 0, 3), (6, 1, 2), (7, 1, 3),
+                     (4,), (5,), (6,), (7,)]  # fmt: skip
     assert "for unit_k in range(2)" in str(mod.lowered).replace("T.serial(2)", "range(2)")
 
 
@@ -354,9 +366,10 @@ def test_the_sapphire_rapids_design_space_tensorizes_int8_gemm_with_amx():
     assert [getattr(t, "name", t) for t in tensorized] == ["amx_tdpbusd_16x16x64"]
     mod = ts.build(cand.func, SPR, jit=False)
     assert re.search(r"\btdpbusd\b", mod.assembly) and "vpdpbusd" not in mod.assembly
-    # a unit tile spans all of k and keeps the init: zero C, two steps of 64, store C once
+    # a unit tile spans all of k and keeps the init: zero the 4 C tiles, load 2 A and 2 B tiles and
+    # multiply them a step, store each C tile once
     ops = [c.op.removeprefix("llvm.x86.") for c in _calls(mod.lowered)]
-    assert ops == ["ldtilecfg", "tilezero", "tileloadd64", "tileloadd64", "tdpbusd", "tilestored64"]
+    assert ops == ["ldtilecfg", *["tilezero"] * 4, *["tileloadd64"] * 4, *["tdpbusd"] * 4, *["tilestored64"] * 4]
     _needs_amx()
     rng = np.random.default_rng(5)
     xs = wl.make_inputs(rng)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -49,16 +50,17 @@ def _check(wl, module):
     wl.check(outs, wl.reference(*xs))
 
 
-def test_tune_int8_gemm_with_vnni(tmp_path):
+def test_tune_int8_gemm_with_vnni_or_amx(tmp_path):
     if not HOST.has_feature("+avx512vnni"):
         pytest.skip("this CPU has no AVX-512 VNNI")
+    amx = "x86-amx" in [s.name for s in HOST.intrinsic_sets]  # an AMX host tensorizes int8 with tile units
     wl = workloads.make("GMM", (1, 64, 64, 64), "int8")
     seen = []
     result = ts.tune(wl, HOST, trials=8, work_dir=tmp_path, seed=1, config=SMALL, progress=seen.append)
     assert result.trials == 8 and len(result.records) == 8
     assert result.unit == "GOPS" and result.throughput > 0
     assert result.throughput == pytest.approx(wl.flops / result.latency / 1e9)
-    assert "vpdpbusd" in result.module.assembly
+    assert re.search(r"\btdpbusd\b" if amx else r"\bvpdpbusd\b", result.module.assembly)
     assert "tensorize" in [i.kind.name for i in result.trace.insts]
     _check(wl, result.module)
     # progress after every measurement (and while the first round is searched and the finalists

@@ -49,7 +49,7 @@ class _SubstSimplify(Mutator):
         return super().visit(node)
 
 
-def _relax_regions(regions: tuple[BufferRegion, ...], dom: dict[Var, Range]) -> tuple[BufferRegion, ...]:
+def relax_regions(regions: tuple[BufferRegion, ...], dom: dict[Var, Range]) -> tuple[BufferRegion, ...]:
     """Each region relaxed over the vars of ``dom`` (an unbounded side falls back to the buffer's edge)."""
     out = []
     for region in regions:
@@ -238,8 +238,8 @@ class BlockizePrimitives(ScheduleState):
         outer_block = Block(
             outer_name,
             tuple(outer_ivs),
-            _relax_regions(reads, inner_dom),
-            _relax_regions(writes, inner_dom),
+            relax_regions(reads, inner_dom),
+            relax_regions(writes, inner_dom),
             nest,
             outer_init,
         )

@@ -42,11 +42,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..ir import Var
+from ..ir import IntImm, Var
 from ..target.intrinsics import Intrinsic, LLVMTileCall
 from ..target.matcher import Mapping, fused_index, group_split_map, match
 from .errors import InvalidArgument, ScheduleError
 from .rv import BlockRV, LoopRV
+from .units import register_blocking
 
 if TYPE_CHECKING:
     from .schedule import Schedule
@@ -229,11 +230,15 @@ def _apply(sch: Schedule, block: BlockRV, intrin: Intrinsic, mapping: Mapping, d
                 block=cur.name,
             )
         loop_of[name] = by_var[value]
+    blocking: dict[str, int] = {}
+    if isinstance(intrin.impl, LLVMTileCall):  # as many unit tiles per block as the tile registers hold
+        extents = {m.intrin_iter: sch.get(loop_of[m.workload_iters[0]]).extent for m in mapping.iterators}
+        blocking = register_blocking(intrin, {k: v.value for k, v in extents.items() if isinstance(v, IntImm)})
     inner: list[LoopRV] = []
     split_outer: dict[str, LoopRV] = {}
     for m in mapping.iterators:
         w = m.workload_iters[0]
-        lo, li = sch.split(loop_of[w], [None, m.intrin_extent])
+        lo, li = sch.split(loop_of[w], [None, m.intrin_extent * blocking.get(m.intrin_iter, 1)])
         split_outer[w] = lo
         inner.append(li)
     outer = [split_outer.get(lp_name, loop_of[lp_name]) for lp_name in loop_of]

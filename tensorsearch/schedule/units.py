@@ -13,7 +13,9 @@ registers), so both make exactly the same checks.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import math
+from dataclasses import dataclass, field
 from typing import Any
 
 from .. import arith
@@ -30,7 +32,9 @@ from ..ir import (
     For,
     ForKind,
     IntImm,
+    IterType,
     PrimExpr,
+    Range,
     SeqStmt,
     Stmt,
     StringImm,
@@ -41,6 +45,7 @@ from ..ir import (
 )
 from ..target import Hardware, Intrinsic, IntrinsicSet, Unit
 from ..target.intrinsics import CudaImpl, LLVMTileCall
+from .blockize import relax_regions
 
 MEMORY_SCOPES = ("global", "shared", "local")
 UNIT_ATTR = "cuda_unit"
@@ -60,6 +65,7 @@ __all__ = [
     "touches_fragments",
     "UnitPlan",
     "plan_unit",
+    "register_blocking",
     "tile_config",
     "unit_statement",
 ]
@@ -196,11 +202,27 @@ class UnitPlan:
     prologue: list[tuple[Intrinsic, dict[str, str]]]
     body: list[tuple[Intrinsic, dict[str, str]]]
     epilogue: list[tuple[Intrinsic, dict[str, str]]]
+    repeats: tuple[int, ...] = ()  # unit tiles along each repeated spatial iterator (register blocking)
+    axes: dict[str, frozenset[int]] = field(default_factory=dict)  # the repeated iterators indexing each operand
+    instances: dict[str, dict[tuple[int, ...], list[PrimExpr]]] = field(default_factory=dict)  # starts per key
 
-    def pointer(self, name: str) -> PrimExpr:
-        """The address of compute operand ``name``'s tile at the current step."""
+    def keys(self, names: list[str] | tuple[str, ...] | set[str]) -> list[tuple[int, ...]]:
+        """The repeat keys of a call touching compute operands ``names``: one per combination of
+        the repeated iterators that index any of them (0 along the others), in row-major order."""
+        used = set().union(*(self.axes.get(n, frozenset()) for n in names))
+        return [
+            tuple(k) for k in itertools.product(*(range(n if i in used else 1) for i, n in enumerate(self.repeats)))
+        ]
+
+    def key_of(self, name: str, key: tuple[int, ...]) -> tuple[int, ...]:
+        """``key`` projected onto the repeated iterators that index operand ``name``."""
+        own = self.axes.get(name, frozenset())
+        return tuple(k if i in own else 0 for i, k in enumerate(key))
+
+    def pointer(self, name: str, key: tuple[int, ...] = ()) -> PrimExpr:
+        """The address of compute operand ``name``'s tile (its repeat ``key``) at the current step."""
         o = self.operands[name]
-        starts = list(o.starts)
+        starts = list(self.instances[name][self.key_of(name, key)] if key else o.starts)
         if o.step_dim is not None and self.steps > 1:
             starts[o.step_dim] = starts[o.step_dim] + self.step_var * o.step
         return address_of(BufferLoad(o.buffer, tuple(starts)))
@@ -212,10 +234,10 @@ class UnitPlan:
             return _c(1)
         return row_stride(BufferLoad(o.buffer, tuple(o.starts)), o.dims[0])
 
-    def last(self, name: str) -> PrimExpr:
-        """The address of the last element operand ``name``'s tiles cover, over every step."""
+    def last(self, name: str, key: tuple[int, ...] = ()) -> PrimExpr:
+        """The address of the last element operand ``name``'s tiles (its repeat ``key``) cover, over every step."""
         o = self.operands[name]
-        ends = list(o.starts)
+        ends = list(self.instances[name][self.key_of(name, key)] if key else o.starts)
         for d, k in enumerate(o.dims):
             ends[k] = ends[k] + o.shape[d] * (self.steps if k == o.step_dim else 1) - 1
         return address_of(BufferLoad(o.buffer, tuple(ends)))
@@ -280,18 +302,24 @@ def plan_unit(outer: Block, unit: Unit, iset: IntrinsicSet) -> UnitPlan:
     w_loads: list[BufferLoad] = []
     _loads_in_order(d_store.value, d_loads)
     _loads_in_order(w_store.value, w_loads)
-    pairs = [(d_store.buffer, w_store.buffer, d_store.indices)] + [
-        (d.buffer, w.buffer, d.indices) for d, w in zip(d_loads, w_loads, strict=True)
+    pairs = [(d_store.buffer, w_store.buffer, d_store.indices, w_store.indices)] + [
+        (d.buffer, w.buffer, d.indices, w.indices) for d, w in zip(d_loads, w_loads, strict=True)
     ]
     desc_params = {b: o for (_, b), o in zip(compute.desc_func().buffer_map, compute.operands, strict=True)}
     d_block = _single_block(compute.desc_func().body)
     if len(d_block.iter_vars) != len(compute.iterators):
         raise UnitError(f"the description of {compute.name} has {len(d_block.iter_vars)} block iterators")
     reduce_vars = {iv.var for iv, it in zip(d_block.iter_vars, compute.iterators, strict=True) if it.kind == "reduce"}
-    regions = {r.buffer: r for r in (*outer.reads, *outer.writes)}
+    accesses = [(desc_params[d_buf].name, d_idx, w_idx) for d_buf, _, d_idx, w_idx in pairs]
+    repeated = _repeated_iterators(inner, d_block, compute, accesses) if iset.tiles is not None else []
+    regions = (
+        _sub_tile_regions(inner, repeated, (0,) * len(repeated))
+        if repeated
+        else {r.buffer: r for r in (*outer.reads, *outer.writes)}
+    )
     operands: dict[str, _Operand] = {}
     stepping: dict[str, int] = {}
-    for d_buf, w_buf, d_idx in pairs:
+    for d_buf, w_buf, d_idx, _ in pairs:
         op = desc_params[d_buf]
         if op.name in operands:
             continue
@@ -319,9 +347,68 @@ def plan_unit(outer: Block, unit: Unit, iset: IntrinsicSet) -> UnitPlan:
     steps = next(iter(stepping.values()), 1)
     fragments = tuple(o.name for o in compute.operands if o.scope not in MEMORY_SCOPES)
     prologue, body, epilogue = _member_calls(where, outer, unit, iset, compute)
-    return UnitPlan(
+    plan = UnitPlan(
         where, compute, operands, steps, Var("unit_k", DataType("int", 32)), fragments, prologue, body, epilogue
     )
+    if repeated:
+        _add_repeats(plan, inner, repeated, accesses)
+    return plan
+
+
+def _repeated_iterators(
+    inner: Block, d_block: Block, compute: Intrinsic, accesses: list[tuple[str, Any, Any]]
+) -> list[tuple[Var, int, int]]:
+    """The inner block's iterators that walk a spatial iterator of the compute over several of its
+    extents, as ``(var, unit tiles, the compute's extent)``: a register-blocked tile (two A tiles
+    by two B tiles make four C tiles). An iterator is matched to the compute's by kind and by the
+    operands it indexes; [] where that leaves any doubt (the plain checks then apply)."""
+
+    def users(var: Var, which: int) -> frozenset[str]:
+        return frozenset(name for name, *idx in accesses if any(var in free_vars(e) for e in idx[which]))
+
+    desc = {
+        (users(iv.var, 0), IterType(it.kind)): it.extent
+        for iv, it in zip(d_block.iter_vars, compute.iterators, strict=True)
+    }
+    if len(desc) != len(compute.iterators):
+        return []
+    out = []
+    for iv in inner.iter_vars:
+        ext = const_value(iv.dom.extent)
+        if ext is None or ext == 1:
+            continue
+        e = desc.get((users(iv.var, 1), IterType(iv.iter_type)))
+        if e is None:
+            return []
+        if iv.iter_type == IterType.SPATIAL and ext != e:
+            if ext % e:
+                return []
+            out.append((iv.var, ext // e, e))
+    return out
+
+
+def _sub_tile_regions(inner: Block, repeated: list[tuple[Var, int, int]], key: tuple[int, ...]) -> dict:
+    """The inner block's regions over the one unit tile ``key`` picks along the repeated iterators."""
+    dom = {iv.var: Range(iv.dom.min, iv.dom.extent) for iv in inner.iter_vars}
+    for (var, _, e), k in zip(repeated, key, strict=True):
+        dom[var] = Range(arith.simplify(dom[var].min + k * e), _c(e))
+    return {r.buffer: r for r in relax_regions((*inner.reads, *inner.writes), dom)}
+
+
+def _add_repeats(plan: UnitPlan, inner: Block, repeated: list[tuple[Var, int, int]], accesses: list) -> None:
+    """Record on ``plan`` the repeated iterators, which of them index each operand, and the starts of
+    each operand's tile per repeat key."""
+    plan.repeats = tuple(n for _, n, _ in repeated)
+    for name, _, w_idx in accesses:
+        plan.axes[name] = frozenset(
+            i for i, (var, _, _) in enumerate(repeated) if any(var in free_vars(e) for e in w_idx)
+        )
+    for key in plan.keys(list(plan.operands)):
+        regions = _sub_tile_regions(inner, repeated, key)
+        for name, o in plan.operands.items():
+            plan.instances.setdefault(name, {}).setdefault(
+                plan.key_of(name, key), [r.min for r in regions[o.buffer].region]
+            )
 
 
 def _member_calls(
@@ -357,6 +444,45 @@ def _member_calls(
         raise UnitError(f"{where}: unit {unit.name} has no store intrinsic")
     st = iset[unit.store]
     return prologue, body, [(st, {o.name: acc_name for o in st.operands})]
+
+
+def _operand_iterators(compute: Intrinsic) -> dict[str, frozenset[str]]:
+    """The iterators of ``compute`` that index each of its operands, from its description."""
+    desc = compute.desc_func()
+    store = _desc_store(compute)
+    loads: list[BufferLoad] = []
+    _loads_in_order(store.value, loads)
+    names = {b: o.name for (_, b), o in zip(desc.buffer_map, compute.operands, strict=True)}
+    by_var = {iv.var: it.name for iv, it in zip(_single_block(desc.body).iter_vars, compute.iterators, strict=True)}
+    out: dict[str, frozenset[str]] = {}
+    for buf, idx in [(store.buffer, store.indices)] + [(ld.buffer, ld.indices) for ld in loads]:
+        used = {by_var[v] for e in idx for v in free_vars(e) if v in by_var}
+        out[names[buf]] = out.get(names[buf], frozenset()) | used
+    return out
+
+
+def register_blocking(compute: Intrinsic, extents: dict[str, int]) -> dict[str, int]:
+    """Unit tiles per spatial iterator of ``compute`` (a unit on tile registers) in one
+    register-blocked tile: the most compute calls per tile load whose tiles fit the set's
+    registers, each dividing ``extents`` (the padded workload extent of each spatial iterator).
+    AMX's 8 registers: ``{"i": 2, "j": 2}`` -- two A and two B tiles a step make four C tiles, one
+    load per multiply instead of two; ``{}`` where nothing larger than one tile fits."""
+    frags = [o for o in compute.operands if o.scope not in MEMORY_SCOPES]
+    indexed = _operand_iterators(compute)
+    spatial = [it for it in compute.iterators if it.kind == IterType.SPATIAL and it.name in extents]
+    best: tuple[float, int, dict[str, int]] = (0.0, 0, {})
+    for counts in itertools.product(range(1, compute.tile_count + 1), repeat=len(spatial)):
+        r = {it.name: n for it, n in zip(spatial, counts, strict=True)}
+        if any(extents[it.name] % (n * it.extent) for it, n in zip(spatial, counts, strict=True)):
+            continue
+        tiles = {o.name: math.prod(r.get(it, 1) for it in indexed[o.name]) for o in frags}
+        inputs = sum(n for name, n in tiles.items() if compute.operand(name).role == "input")
+        if sum(tiles.values()) > compute.tile_count or not inputs:
+            continue
+        score = (math.prod(counts) / inputs, -sum(tiles.values()))
+        if score > best[:2]:
+            best = (*score, r)
+    return {name: n for name, n in best[2].items() if n > 1}
 
 
 def unit_statement(outer: Block, unit: Unit, iset: IntrinsicSet) -> Stmt:
@@ -402,37 +528,42 @@ def _cuda_statement(plan: UnitPlan) -> Stmt:
 def _tile_statement(plan: UnitPlan, iset: IntrinsicSet) -> Stmt:
     """CPU tile registers: touch the last element of each operand's tiles in memory (so buffer
     compaction keeps their whole region), load the tile configuration, then each member's LLVM
-    call."""
+    call -- once per repeat key of the operands it touches, so a register-blocked tile loads two A
+    and two B tiles a step and multiplies them into four C tiles."""
     tiles = iset.tiles
     if tiles is None:
         raise UnitError(f"{plan.where}: intrinsic set {iset.name} declares no tile registers (llvm.tiles)")
-    if len(plan.fragments) > tiles.count:
+    registers = [(name, key) for name in plan.fragments for key in plan.keys([name])]
+    if len(registers) > tiles.count:
+        held = ", ".join(name + "".join(map(str, key)) for name, key in registers)
         raise UnitError(
-            f"{plan.where}: the unit holds {len(plan.fragments)} tiles ({', '.join(plan.fragments)}), "
+            f"{plan.where}: the unit holds {len(registers)} tiles ({held}), "
             f"more than the {tiles.count} tile registers of {iset.name}"
         )
-    number = {name: k for k, name in enumerate(plan.fragments)}
+    number = {reg: k for k, reg in enumerate(registers)}
     handle = DataType("handle", 64)
 
-    def call(intr: Intrinsic, binding: dict[str, str]) -> Stmt:
+    def call(intr: Intrinsic, binding: dict[str, str], key: tuple[int, ...]) -> Stmt:
         impl = intr.impl
         assert isinstance(impl, LLVMTileCall)
         args: list[PrimExpr] = []
         for kind, name in impl.args:
             src = binding[name]
             if kind == "tile":
-                args.append(IntImm(DataType("int", 8), number[src]))
+                args.append(IntImm(DataType("int", 8), number[(src, plan.key_of(src, key))]))
             elif kind == "pointer":
-                args.append(plan.pointer(src))
+                args.append(plan.pointer(src, key))
             else:
                 args.append(Call(DataType("int", 64), "address_diff", _diff_args(plan.stride(src))))
         return Evaluate(Call(handle, impl.intrinsic, tuple(args)))
 
-    touch = [Evaluate(plan.last(name)) for name in plan.operands]  # every operand's tiles are in memory
-    config = tile_config(tiles.palette, [plan.compute.operand(name) for name in plan.fragments])
+    def calls(members: list[tuple[Intrinsic, dict[str, str]]]) -> list[Stmt]:
+        return [call(i, b, key) for i, b in members for key in plan.keys(set(b.values()))]
+
+    touch = [Evaluate(plan.last(name, key)) for name in plan.operands for key in plan.keys([name])]
+    config = tile_config(tiles.palette, [plan.compute.operand(name) for name, _ in registers])
     configure = Evaluate(Call(handle, tiles.configure, (Call(handle, "const_bytes", config),)))
-    head = [*touch, configure] + [call(i, b) for i, b in plan.prologue]
-    return _stepped(plan, head, [call(i, b) for i, b in plan.body], [call(i, b) for i, b in plan.epilogue])
+    return _stepped(plan, [*touch, configure, *calls(plan.prologue)], calls(plan.body), calls(plan.epilogue))
 
 
 def _diff_args(stride: PrimExpr) -> tuple[PrimExpr, PrimExpr]:

@@ -357,6 +357,9 @@ class Intrinsic:
     set_name: str
     role: str = "compute"
     tile_scope: str = ""  # the set's tile-register scope (llvm.tiles.scope), if it has one
+    tile_count: int = field(
+        default=0, compare=False
+    )  # the set's tile registers (llvm.tiles.count): a set's, not in the digest
     units: tuple[str, ...] = ()
     description: str = ""
     source: str | None = field(default=None, compare=False)
@@ -1140,6 +1143,7 @@ def _intrinsic(
         source=source,
         ir=ir,
         tile_scope=tiles.scope if tiles is not None else "",
+        tile_count=tiles.count if tiles is not None else 0,
     )
 
 
