@@ -191,7 +191,10 @@ class UnitPlan:
     buffers, ``steps`` steps along the reduction, and the member calls in order -- ``prologue``
     (init or accumulator load), ``body`` (per step: the input loads, the compute), ``epilogue``
     (the store). Each call is ``(intrinsic, binding)``, binding each of its operands to the compute
-    operand it holds. ``fragments``: the compute operands held in registers, in operand order."""
+    operand it holds. ``fragments``: the compute operands held in registers, in operand order.
+    A register-blocked tile (tile registers only) repeats the unit along spatial iterators:
+    ``repeats`` counts the unit tiles along each, ``axes`` says which of them index each operand,
+    and ``instances`` holds each operand tile's starts per repeat key (see :meth:`keys`)."""
 
     where: str
     compute: Intrinsic
