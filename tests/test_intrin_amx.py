@@ -29,7 +29,7 @@ from tensorsearch.ir import Call, Evaluate, IntImm, post_order_visit
 from tensorsearch.runtime.module import request_xfeature
 from tensorsearch.runtime.verify import _offering, _program, intrinsics_called, verify_intrinsic
 from tensorsearch.schedule import Schedule, TensorizeError
-from tensorsearch.schedule.units import tile_config
+from tensorsearch.schedule.units import register_blocking, tile_config
 from tensorsearch.script import parse
 from tensorsearch.search.space import DesignSpace
 
@@ -340,6 +340,14 @@ def test_the_matcher_packs_a_plain_weight_into_amx_b_tiles():
     assert b.packed_shape == (1, 4, 32, 16, 4)
 
 
+def test_register_blocking_fills_the_tile_registers_with_the_most_multiplies_per_load():
+    tdpbusd = AMX["amx_tdpbusd_16x16x64"]
+    assert register_blocking(tdpbusd, {"i": 1024, "j": 1024}) == {"i": 2, "j": 2}  # 4 C + 2 A + 2 B
+    assert register_blocking(tdpbusd, {"i": 16, "j": 64}) == {"j": 2}  # 3 B tiles would not divide 64
+    assert register_blocking(tdpbusd, {"i": 48, "j": 16}) == {"i": 3}  # 3 A + 1 B + 3 C
+    assert register_blocking(tdpbusd, {"i": 16, "j": 16}) == {}
+
+
 def test_tile_with_intrin_then_tensorize_gives_the_unit_tile():
     wl = workloads.make("GMM", (1, 64, 64, 128), "int8")
     sch = Schedule(wl.func, hardware=SPR)
@@ -376,6 +384,44 @@ def test_the_sapphire_rapids_design_space_tensorizes_int8_gemm_with_amx():
     out = np.full(wl.outputs[0].shape, -3, np.int32)
     ts.build(cand.func, SPR)(*xs, out)
     wl.check([out], wl.reference(*xs))
+
+
+def _amx_candidate(wl):
+    """The first design-space sample of ``wl`` on Sapphire Rapids that tensorizes with the AMX unit."""
+    space = DesignSpace(wl.func, SPR)
+    for k in range(len(space.traces)):
+        for seed in range(4):
+            cand = space.sample_space(k, seed)
+            if cand is None:
+                continue
+            names = [
+                getattr(dict(i.args)["intrin"], "name", None) for i in cand.trace.insts if i.kind.name == "tensorize"
+            ]
+            if "amx_tdpbusd_16x16x64" in names:
+                return cand
+    raise AssertionError(f"no design space of {wl.name} tensorizes with AMX")
+
+
+AMX_CONVOLUTIONS = [  # a 3-channel first layer, a 1x1 convolution, 1-D, grouped, transposed (stride phases)
+    ("C2D", workloads.reduced("C2D", 0, "int8").args),
+    ("C2D", (1, 8, 8, 64, 32, 1, 1, 0)),  # the reduced C2D:1 has 8 channels: VNNI fits it better
+    ("C1D", workloads.reduced("C1D", 0, "int8").args),
+    ("GRP", workloads.reduced("GRP", 0, "int8").args),
+    ("T2D", workloads.reduced("T2D", 0, "int8").args),
+]
+
+
+@pytest.mark.parametrize("name, args", AMX_CONVOLUTIONS)
+def test_convolutions_tensorize_with_amx_through_the_design_space(name, args):
+    # each compiles to tdpbusd everywhere and matches numpy where the CPU has AMX
+    wl = workloads.make(name, args, "int8")
+    cand = _amx_candidate(wl)
+    assert re.search(r"\btdpbusd\b", ts.build(cand.func, SPR, jit=False).assembly)
+    _needs_amx()
+    xs = wl.make_inputs(np.random.default_rng(len(args)))
+    outs = [np.full(o.shape, -1, o.dtype) for o in wl.outputs]
+    ts.build(cand.func, SPR)(*xs, *outs)
+    wl.check(outs, wl.reference(*xs))
 
 
 def test_the_benchmarks_amx_peak_is_four_tile_multiplies_a_loop():

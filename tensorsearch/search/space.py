@@ -32,6 +32,7 @@ The rules (TVM names, CPU defaults; a hardware YAML may list them with parameter
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 from collections.abc import Sequence
@@ -91,6 +92,13 @@ def _trivially_bound(sch: Schedule, block: BlockRV) -> bool:
             return False
         seen.add(value)
     return all(isinstance(lp.extent, IntImm) for lp in loops)
+
+
+def _perfectly_nested(sch: Schedule, block: BlockRV) -> bool:
+    """Whether each loop above the block holds only the next one (nothing computed at a loop in
+    between), so that tiling may reorder them all."""
+    loops = [sch.get(lp) for lp in sch.get_loops(block)]
+    return all(outer.body is inner for outer, inner in itertools.pairwise(loops))
 
 
 def _reuses_reads(sch: Schedule, block: BlockRV) -> bool:
@@ -420,7 +428,7 @@ class MultiLevelTiling(ScheduleRule):
             return False
         if _in_intrinsic_tile(sch, block):
             return False
-        return _trivially_bound(sch, block)
+        return _trivially_bound(sch, block) and _perfectly_nested(sch, block)
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         if not self.applies(sch, block):
@@ -556,7 +564,8 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
     the outer block is tiled ``SSRSRS`` and marked ``meta_schedule.auto_tensorize = <intrinsic>``
     so that the tensorize postprocessor calls ``sch.tensorize`` once the reduction init has been
     split off. The first intrinsic (in the YAML's order) that applies wins; the design space forks
-    over its best ``mappings`` feasible mappings in the matcher's rank (the fewest instructions
+    over its best ``mappings`` feasible mappings that ``tile_with_intrin`` can apply (a mapping
+    whose staging copy ``reindex`` refuses is passed over) in the matcher's rank (the fewest instructions
     per useful call, padding and staging copies counted; then unfused, fewest layout transforms:
     C2D with 3 input channels gets ``k <- rc``, 3 padded to 4 with the input read in place, and
     ``k <- rh * rw * rc`` fused, 147 padded to 148 and gathered). A block no intrinsic fits is left
@@ -592,13 +601,16 @@ class MultiLevelTilingWithIntrin(MultiLevelTiling):
             return [sch]
         for intrin in self.intrinsics:
             report = match(sch.func, sch.get(block).name, intrin)
-            spaces = []
-            for index in range(min(len(report.feasible), self.config["mappings"])):
+            spaces, mapped = [], 0
+            for index in range(len(report.feasible)):  # the best `mappings` that the primitives can apply
+                if mapped == self.config["mappings"]:
+                    break
                 fork = sch.copy()
                 try:
                     outer = tile_with_intrin(fork, block, intrin, index, decompose_init=False)
                 except ScheduleError:
                     continue
+                mapped += 1
                 fork.annotate(outer, AUTO_TENSORIZE, intrin.name)
                 spaces += self.tile(fork, outer)
             if spaces:
