@@ -300,9 +300,11 @@ import ray
 ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
 import tensorsearch as ts
 from tensorsearch import workloads
-from tensorsearch.search import TuneError
+from tensorsearch.search import SearchConfig, TuneError
+small = SearchConfig(population_size=16, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=6)
 try:
-    ts.tune(workloads.make("GMM", (1, 128, 128, 128), "float16"), "nvidia-sm86", trials=6, work_dir="w", address="auto")
+    ts.tune(workloads.make("GMM", (1, 128, 128, 128), "float16"), "nvidia-sm86", trials=6, work_dir="w",
+            address="auto", config=small)
     print(json.dumps("tuned"))
 except TuneError as err:
     print(json.dumps(str(err)))
