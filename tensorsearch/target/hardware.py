@@ -661,8 +661,8 @@ def host() -> Hardware:
 
     A shipped descriptor is chosen when its ``cpu`` equals LLVM's host CPU name, its triple has the
     host's architecture, and each of its ``+feature`` is reported present (each ``-feature``
-    absent), the one naming the most features where several match; ``cores`` is then replaced by ``os.cpu_count()`` when the machine has a different
-    count (``note`` says so). Otherwise a descriptor is built from the reported name and features
+    absent), the one naming the most features where several match; ``cores`` is then replaced by
+    ``os.cpu_count()`` when the machine has a different count (``note`` says so). Otherwise a descriptor is built from the reported name and features
     (cores from ``os.cpu_count()``, caches from ``/sys/devices/system/cpu/cpu0/cache``), its
     ``note`` explains that, and a :class:`HardwareWarning` is issued once per process.
     """

@@ -357,9 +357,8 @@ class Intrinsic:
     set_name: str
     role: str = "compute"
     tile_scope: str = ""  # the set's tile-register scope (llvm.tiles.scope), if it has one
-    tile_count: int = field(
-        default=0, compare=False
-    )  # the set's tile registers (llvm.tiles.count): a set's, not in the digest
+    # the set's tile registers (llvm.tiles.count): the set's property, so not in the digest
+    tile_count: int = field(default=0, compare=False)
     units: tuple[str, ...] = ()
     description: str = ""
     source: str | None = field(default=None, compare=False)
