@@ -313,8 +313,11 @@ def plan_unit(outer: Block, unit: Unit, iset: IntrinsicSet) -> UnitPlan:
     if len(d_block.iter_vars) != len(compute.iterators):
         raise UnitError(f"the description of {compute.name} has {len(d_block.iter_vars)} block iterators")
     reduce_vars = {iv.var for iv, it in zip(d_block.iter_vars, compute.iterators, strict=True) if it.kind == "reduce"}
-    accesses = [(desc_params[d_buf].name, d_idx, w_idx) for d_buf, _, d_idx, w_idx in pairs]
-    repeated = _repeated_iterators(inner, d_block, compute, accesses) if iset.tiles is not None else []
+    w_vars: dict[str, frozenset[Var]] = {}  # the inner block's iterators indexing each operand
+    for d_buf, _, _, w_idx in pairs:
+        name = desc_params[d_buf].name
+        w_vars[name] = w_vars.get(name, frozenset()) | {v for e in w_idx for v in free_vars(e)}
+    repeated = _repeated_iterators(inner, compute, w_vars) if iset.tiles is not None else []
     regions = (
         _sub_tile_regions(inner, repeated, (0,) * len(repeated))
         if repeated
@@ -354,24 +357,22 @@ def plan_unit(outer: Block, unit: Unit, iset: IntrinsicSet) -> UnitPlan:
         where, compute, operands, steps, Var("unit_k", DataType("int", 32)), fragments, prologue, body, epilogue
     )
     if repeated:
-        _add_repeats(plan, inner, repeated, accesses)
+        _add_repeats(plan, inner, repeated, w_vars)
     return plan
 
 
 def _repeated_iterators(
-    inner: Block, d_block: Block, compute: Intrinsic, accesses: list[tuple[str, Any, Any]]
+    inner: Block, compute: Intrinsic, w_vars: dict[str, frozenset[Var]]
 ) -> list[tuple[Var, int, int]]:
     """The inner block's iterators that walk a spatial iterator of the compute over several of its
     extents, as ``(var, unit tiles, the compute's extent)``: a register-blocked tile (two A tiles
     by two B tiles make four C tiles). An iterator is matched to the compute's by kind and by the
-    operands it indexes; [] where that leaves any doubt (the plain checks then apply)."""
-
-    def users(var: Var, which: int) -> frozenset[str]:
-        return frozenset(name for name, *idx in accesses if any(var in free_vars(e) for e in idx[which]))
-
+    operands it indexes (``w_vars``: the inner block's iterators indexing each operand); [] where
+    that leaves any doubt (the plain checks then apply)."""
+    indexed = _operand_iterators(compute)
     desc = {
-        (users(iv.var, 0), IterType(it.kind)): it.extent
-        for iv, it in zip(d_block.iter_vars, compute.iterators, strict=True)
+        (frozenset(op for op, its in indexed.items() if it.name in its), IterType(it.kind)): it.extent
+        for it in compute.iterators
     }
     if len(desc) != len(compute.iterators):
         return []
@@ -380,7 +381,7 @@ def _repeated_iterators(
         ext = const_value(iv.dom.extent)
         if ext is None or ext == 1:
             continue
-        e = desc.get((users(iv.var, 1), IterType(iv.iter_type)))
+        e = desc.get((frozenset(op for op, vs in w_vars.items() if iv.var in vs), IterType(iv.iter_type)))
         if e is None:
             return []
         if iv.iter_type == IterType.SPATIAL and ext != e:
@@ -398,14 +399,14 @@ def _sub_tile_regions(inner: Block, repeated: list[tuple[Var, int, int]], key: t
     return {r.buffer: r for r in relax_regions((*inner.reads, *inner.writes), dom)}
 
 
-def _add_repeats(plan: UnitPlan, inner: Block, repeated: list[tuple[Var, int, int]], accesses: list) -> None:
+def _add_repeats(
+    plan: UnitPlan, inner: Block, repeated: list[tuple[Var, int, int]], w_vars: dict[str, frozenset[Var]]
+) -> None:
     """Record on ``plan`` the repeated iterators, which of them index each operand, and the starts of
     each operand's tile per repeat key."""
     plan.repeats = tuple(n for _, n, _ in repeated)
-    for name, _, w_idx in accesses:
-        plan.axes[name] = frozenset(
-            i for i, (var, _, _) in enumerate(repeated) if any(var in free_vars(e) for e in w_idx)
-        )
+    for name, vs in w_vars.items():
+        plan.axes[name] = frozenset(i for i, (var, _, _) in enumerate(repeated) if var in vs)
     for key in plan.keys(list(plan.operands)):
         regions = _sub_tile_regions(inner, repeated, key)
         for name, o in plan.operands.items():
