@@ -4,11 +4,12 @@ Run from the repository root:
 
     python experiments/tune_ops.py [--trials 256] [--ops C1D,C2D,GMM:3@256,...] [--dtypes int8,float32]
                                    [--out DIR | --update-tracked] [--work-dir DIR] [--tvm-python PATH]
+                                   [--hardware NAME]
 
 For every operator (``NAME`` is its first table shape, ``NAME:I`` shape ``I``; the default list is
 the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM the
 issue's targets name; ``NAME:I@T`` tunes that one for ``T`` trials) and every dtype, it tunes the
-workload on ``hardware.load("host")`` for ``--trials`` trials, checks the best module against numpy on fresh random inputs, then re-times
+workload on ``hardware.load("host")`` (or ``--hardware NAME``, a descriptor this machine runs) for ``--trials`` trials, checks the best module against numpy on fresh random inputs, then re-times
 it over ``--rounds`` rounds interleaved with the references measured in the same run:
 
 * **float32: numpy** -- the workload's numpy reference (``tensorsearch.workloads.reference``)
@@ -385,6 +386,11 @@ def main() -> None:
     ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing sample (default 0.05)")
     ap.add_argument("--peak-iters", type=int, default=2_000_000, help="iterations per peak sample (default 2e6)")
     ap.add_argument("--tvm-python", help="a Python executable with apache-tvm installed, if any")
+    ap.add_argument(
+        "--hardware",
+        default="host",
+        help="descriptor to tune for, one this machine runs (default host; x86-emeraldrapids on an AMX host: int8 on VNNI)",
+    )
     outputs.add_arguments(ap, "tune_ops")
     args = ap.parse_args()
     if args.trials < 1:
@@ -409,7 +415,10 @@ def main() -> None:
     out_dir = dest.out
     out_dir.mkdir(parents=True, exist_ok=True)
     work_root = Path(args.work_dir) if args.work_dir else dest.fresh_dir("work")
-    hw = hardware.load("host")
+    try:
+        hw = hardware.load(args.hardware)
+    except hardware.HardwareError as err:
+        ap.error(f"--hardware: {err}")
     vnni = hw.has_feature("+avx512vnni")
     amx = any(s.tiles is not None for s in hw.intrinsic_sets)  # x86-sapphirerapids: int8 on AMX tiles
     peaks = {

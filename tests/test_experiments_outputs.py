@@ -144,6 +144,28 @@ def test_tune_ops_writes_tables_and_work_dirs_under_out(tmp_path, monkeypatch, c
     assert {p: p.stat().st_mtime_ns for p in outputs.TRACKED.iterdir()} == before
 
 
+def test_tune_ops_tunes_for_the_named_descriptor_and_refuses_an_unknown_one(tmp_path, monkeypatch, capsys):
+    import tune_ops
+
+    seen = []
+
+    def fake_tune_one(name, index, trials, dtype, hw, *rest):
+        seen.append(hw.name)
+        return {"op": name, "index": index, "dtype": dtype, "trials": trials, "curve": [(1, 1.0), (2, 2.0)]}
+
+    monkeypatch.setattr(tune_ops, "tune_one", fake_tune_one)
+    argv = ["tune_ops.py", "--ops", "GMM", "--dtypes", "float32", "--out", str(tmp_path / "out")]
+    monkeypatch.setattr(sys, "argv", [*argv, "--hardware", "x86-emeraldrapids"])
+    tune_ops.main()
+    assert seen == ["x86-emeraldrapids"]
+    assert "hardware descriptor x86-emeraldrapids " in (tmp_path / "out" / "tune_ops.md").read_text()
+    monkeypatch.setattr(sys, "argv", [*argv, "--hardware", "nosuch"])
+    with pytest.raises(SystemExit) as exit_:
+        tune_ops.main()
+    assert exit_.value.code == 2
+    assert "error: --hardware: 'nosuch': no such hardware descriptor" in capsys.readouterr().err
+
+
 def test_profile_model_names_a_bad_model_or_work_dir_in_one_line(tmp_path):
     for args, says in (
         (["--model", "nosuch"], "unknown model 'nosuch'"),
