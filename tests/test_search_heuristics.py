@@ -117,7 +117,7 @@ def test_int8_gemm_register_tile_counts_intrinsic_tiles():
     assert 8 <= i_tiles[-1] * j_tiles[-1] <= 32 - j_tiles[-1] - 2
 
 
-def test_first_round_measures_the_analytic_candidates_first():
+def test_first_round_measures_the_analytic_candidates_alone():
     wl = workloads.make("GMM", SMALL["GMM"], "int8")
     space = DesignSpace(wl.func, ZNVER4)
     config = SearchConfig(
@@ -126,12 +126,13 @@ def test_first_round_measures_the_analytic_candidates_first():
     search = EvolutionarySearch(space, CostModel(seed=0), config, 0, LocalEvaluator(space))
     stats = RoundStats()
     batch = search.next_batch([], set(), stats)
-    assert stats.heuristic == 4 and batch  # at most a quarter of the batch
+    assert stats.heuristic == 4 and len(batch) == 4  # at most a quarter of the batch
+    assert stats.sampled == stats.mutants == stats.scored == 0  # nothing evolved before they are measured
     expected = set()
     for k, trace in enumerate(space.traces):
         for t in heuristic_traces(trace, wl.func, ZNVER4, variants=2):
             expected.add(space.replay(t, k).key)
-    assert {c.key for c in batch[:4]} <= expected
+    assert {c.key for c in batch} <= expected
     # a later round (something measured) makes none, nor does a batch under 16
     stats = RoundStats()
     search.next_batch(batch[:2], {c.key for c in batch[:2]}, stats)

@@ -13,11 +13,12 @@ Each round proposes ``num_trials_per_iter`` candidates to measure:
 3. the batch: the best-scored unmeasured candidates, with an ``eps_greedy`` share of the batch
    taken at random from the fresh samples instead (exploration).
 
-The first round of a task (nothing measured yet) also makes ``init_heuristic`` candidates (at most
-a quarter of the batch, none in a batch under 16) whose tile, parallel and unroll decisions come
-from :mod:`.heuristics` (register tiles, cache-fit tiles, parallel extent from the hardware YAML),
-spread over the design spaces; they join the population and head the batch, so they are measured
-first whatever the cost model thinks.
+The first round of a task (nothing measured yet) is instead ``init_heuristic`` candidates (at most
+a quarter of the batch; none in a batch under 16, whose first round evolves as above) whose tile,
+parallel and unroll decisions come from :mod:`.heuristics` (register tiles, cache-fit tiles,
+parallel extent from the hardware YAML), spread over the design spaces, measured alone: the
+second round's population starts from their measurements, and the cost model has learnt from
+them before it ranks anything.
 
 Candidates are made and featurized by an :class:`~.parallel.Evaluator` (in this process, or
 sharded over Ray workers); everything random is drawn from one ``random.Random(seed)``, so a run
@@ -224,11 +225,13 @@ class EvolutionarySearch:
         t0 = time.perf_counter()
         n_measured = min(len(measured), int(cfg.population_size * cfg.init_measured_ratio))
         population = list(measured[:n_measured])
-        # a quarter of the batch at most, none in a batch under 16: the rest still explores
+        # a quarter of the batch at most (the rest of the budget explores), none in a batch under 16
         n_analytic = min(cfg.init_heuristic, cfg.num_trials_per_iter // 4) if cfg.num_trials_per_iter >= 16 else 0
         analytic = self._analytic(n_analytic, measured_keys) if not measured_keys else []
         stats.heuristic = len(analytic)
-        population += analytic
+        if analytic:  # measured alone: the evolution that follows ranks with what they teach
+            stats.search_seconds += time.perf_counter() - t0
+            return analytic
         fresh = self._fresh(max(cfg.population_size - n_measured, cfg.init_min_unmeasured), measured_keys, stats)
         population += fresh[: max(cfg.population_size - n_measured, 0) or len(fresh)]
         pool: dict[str, tuple[float, Candidate]] = {}  # unmeasured candidates seen, with their score
@@ -247,8 +250,8 @@ class EvolutionarySearch:
         ranked = sorted(pool.values(), key=lambda sc: -sc[0])
         n = cfg.num_trials_per_iter
         n_random = min(round(n * cfg.eps_greedy), len(fresh))
-        batch: list[Candidate] = analytic[:n]
-        keys: set[str] = {c.key for c in batch}
+        batch: list[Candidate] = []
+        keys: set[str] = set()
         for _, c in ranked:
             if len(batch) >= n - n_random:
                 break
