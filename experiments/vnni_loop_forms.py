@@ -5,7 +5,7 @@ step of our tuned int8 GEMM (4 rows x 4 vectors: 16 `vpdpbusd` on 16 accumulator
 broadcasts of `X` and 4 64-byte loads of the packed `Y` a step, operands in L1) in hand-written
 forms, against the register-only loop, interleaved over rounds on all threads at once:
 
-    python experiments/vnni_loop_forms.py [--rounds 12] [--threads 2]
+    python experiments/vnni_loop_forms.py [--rounds 12] [--threads 2] [--steps 20000000]
 
 Needs gcc and an AVX-512 VNNI CPU. Prints a Markdown table: GOPS (2 ops a multiply-add), the
 median and best of the rounds, and each form's median over the register-only median.
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -82,7 +83,7 @@ static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t);
 static void *run(void *p) { struct job *j = p; j->f(1000); double t0 = now(); j->f(j->n); j->seconds = now() - t0; return 0; }
 static int cmp(const void *a, const void *b) { double d = *(double *)a - *(double *)b; return (d > 0) - (d < 0); }
 int main(int argc, char **argv) {
-  int rounds = atoi(argv[1]), threads = atoi(argv[2]); long n = 20000000;
+  int rounds = atoi(argv[1]), threads = atoi(argv[2]); long n = atol(argv[3]);
   X = aligned_alloc(64, 1 << 16); Y = aligned_alloc(64, 1 << 20);
   for (int i = 0; i < 1 << 16; i++) X[i] = rand();
   for (int i = 0; i < 1 << 20; i++) Y[i] = rand();
@@ -119,11 +120,30 @@ def c_source() -> str:
     return head + "\n".join(loops) + f"\n#define NFORMS {len(FORMS)}\nstatic loop_fn LOOPS[] = {{{table}}};\n" + rest
 
 
+def why_not_here() -> str | None:
+    """Why the probe cannot run on this machine, or None."""
+    if shutil.which("gcc") is None:
+        return "gcc is not installed"
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return "cannot read /proc/cpuinfo to check for AVX-512 VNNI"
+    return None if " avx512_vnni" in flags else "this CPU has no AVX-512 VNNI"
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=12)
     ap.add_argument("--threads", type=int, default=len(os.sched_getaffinity(0)))
+    ap.add_argument("--steps", type=int, default=20_000_000, help="steps a form runs a round (default 2e7)")
     args = ap.parse_args()
+    if not 1 <= args.threads <= 64 or args.rounds < 1 or args.steps < 1:
+        ap.error("--threads must be 1-64, --rounds and --steps at least 1")
+    reason = why_not_here()
+    if reason:
+        print(f"vnni_loop_forms: {reason}", file=sys.stderr)
+        return 1
     with tempfile.TemporaryDirectory() as tmp:
         src, exe = os.path.join(tmp, "forms.c"), os.path.join(tmp, "forms")
         with open(src, "w") as f:
@@ -134,7 +154,9 @@ def main() -> int:
         if built.returncode:
             print(f"vnni_loop_forms: gcc failed: {built.stderr.strip()[:500]}", file=sys.stderr)
             return 1
-        out = subprocess.run([exe, str(args.rounds), str(args.threads)], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [exe, str(args.rounds), str(args.threads), str(args.steps)], capture_output=True, text=True, check=True
+        )
     rows = [tuple(map(float, line.split())) for line in out.stdout.split("\n") if line.strip()]
     peak = rows[0][0]
     print(f"{args.threads} threads, {args.rounds} rounds interleaved\n")
