@@ -166,6 +166,25 @@ def test_tune_ops_tunes_for_the_named_descriptor_and_refuses_an_unknown_one(tmp_
     assert "error: --hardware: 'nosuch': no such hardware descriptor" in capsys.readouterr().err
 
 
+def test_tune_ops_pairs_the_peak_with_our_best_repeat_and_numpy_with_their_median():
+    """A peak sample is a best of three, so our sample against it is the best of its repeats."""
+    from types import SimpleNamespace
+
+    import tune_ops
+
+    from tensorsearch.runtime.timing import TimeResult
+
+    class Module:
+        def time(self, *args, repeat, min_repeat_ms):
+            assert repeat == 3 and min_repeat_ms == 50.0
+            return TimeResult((2.0, 1.0, 4.0))
+
+    ours, best = [], []
+    wl = SimpleNamespace(flops=8e9)
+    tune_ops.time_ours(wl, Module(), [], [], SimpleNamespace(min_seconds=0.05), ours, best)
+    assert ours == [4.0] and best == [8.0]  # GOPS: 8e9 operations over 2 s (median) and 1 s (best)
+
+
 def test_profile_model_names_a_bad_model_or_work_dir_in_one_line(tmp_path):
     for args, says in (
         (["--model", "nosuch"], "unknown model 'nosuch'"),
