@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import time
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -189,8 +190,6 @@ class EvolutionarySearch:
         return out[:n]
 
     def _score(self, cands: list[Candidate], stats: RoundStats) -> np.ndarray:
-        import time
-
         t0 = time.perf_counter()
         scores = np.asarray(self.cost_model.predict([c.features for c in cands]), dtype=float) if cands else np.zeros(0)
         stats.score_seconds += time.perf_counter() - t0
@@ -220,11 +219,7 @@ class EvolutionarySearch:
     ) -> list[Candidate]:
         cfg = self.config
         stats = stats if stats is not None else RoundStats()
-        import time
-
         t0 = time.perf_counter()
-        n_measured = min(len(measured), int(cfg.population_size * cfg.init_measured_ratio))
-        population = list(measured[:n_measured])
         # a quarter of the batch at most (the rest of the budget explores), none in a batch under 16
         n_analytic = min(cfg.init_heuristic, cfg.num_trials_per_iter // 4) if cfg.num_trials_per_iter >= 16 else 0
         analytic = self._analytic(n_analytic, measured_keys) if not measured_keys else []
@@ -232,6 +227,8 @@ class EvolutionarySearch:
         if analytic:  # measured alone: the evolution that follows ranks with what they teach
             stats.search_seconds += time.perf_counter() - t0
             return analytic
+        n_measured = min(len(measured), int(cfg.population_size * cfg.init_measured_ratio))
+        population = list(measured[:n_measured])
         fresh = self._fresh(max(cfg.population_size - n_measured, cfg.init_min_unmeasured), measured_keys, stats)
         population += fresh[: max(cfg.population_size - n_measured, 0) or len(fresh)]
         pool: dict[str, tuple[float, Candidate]] = {}  # unmeasured candidates seen, with their score
