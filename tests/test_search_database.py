@@ -121,6 +121,19 @@ def test_retimings_rank_the_candidates_they_time(tmp_path):
         Database(tmp_path)
 
 
+def test_a_record_never_re_timed_ranks_after_the_re_timed_finalists(tmp_path):
+    """Re-timings run slower than batches here: the finalists' re-timed figures must not lose to a
+    slower candidate's own lucky one (C1D:0, stop 36)."""
+    db = Database(tmp_path)
+    wk, hk = db.commit_workload(GMM.func), hardware_key(ER)
+    for cand, lat in (("a", 3.2e-5), ("b", 3.3e-5), ("late", 3.5e-5)):
+        db.commit_record(record(wk, hk, cand, (lat,)))
+    db.commit_retiming(wk, hk, "a", [3.8e-5])
+    db.commit_retiming(wk, hk, "b", [3.7e-5])
+    assert [r.candidate_key for r in db.best(wk, hk, k=3)] == ["b", "a", "late"]
+    assert [r.candidate_key for r in db.fastest_measured(wk, hk, 2)] == ["a", "b"]  # own latencies
+
+
 def test_hardware_isolation(tmp_path):
     db = Database(tmp_path)
     wk = db.commit_workload(GMM.func)

@@ -446,14 +446,16 @@ class TaskSearch:
             )
 
     def retime_finalists(self, measurer: Any) -> None:
-        """Time the ``FINALISTS`` fastest candidates again, ``FINALIST_ROUNDS`` rounds interleaved,
-        and record it: the best is then chosen under the same noise, not by one lucky batch.
+        """Time the ``FINALISTS`` fastest candidates by their own latencies again, with the best
+        an earlier run re-timed, ``FINALIST_ROUNDS`` rounds interleaved, and record it: the best
+        is then chosen among them under the same noise, not by one lucky batch.
 
         On the shared 2-vCPU machine, one candidate's tuner latency and a later timing differed by
         up to 35%, both ways (float32 C2D:2: the tuner's best, 1.26 ms, re-timed at 1.4-1.7 ms; its
         third, 1.42 ms, at 1.13-1.21 ms)."""
         by_key = {c.key: c for c in self.measured}
-        finalists = [r for r in self.db.best(self.wkey, self.hkey, FINALISTS) if r.candidate_key in by_key]
+        chosen = self.db.fastest_measured(self.wkey, self.hkey, FINALISTS) + self.db.best(self.wkey, self.hkey, 1)
+        finalists = list({r.candidate_key: r for r in chosen if r.candidate_key in by_key}.values())
         if len(finalists) < 2:
             return
         try:
