@@ -5,8 +5,6 @@
 - The property-based fuzzers draw the same examples in every run (hypothesis profile
   ``repeatable``, the default), so CI's verdict depends on the code, not on the draw.
   ``TENSORSEARCH_HYPOTHESIS=explore`` draws fresh examples each run, to hunt for new failures.
-- The slowest files are collected first. The two workers (pyproject's addopts) take whole files
-  in collection order, and a run used to end on the simulated cluster's file alone.
 """
 
 from __future__ import annotations
@@ -29,21 +27,3 @@ def _verification_cache(tmp_path_factory):
     mp.setenv("TENSORSEARCH_VERIFY_CACHE", str(tmp_path_factory.mktemp("verified")))
     yield
     mp.undo()
-
-
-# the files of the longest tests (pytest --durations, stop 37), longest first
-SLOWEST_FILES = (
-    "test_search_cluster.py",
-    "test_workdir_concurrency.py",
-    "test_experiment.py",
-    "test_cli_errors.py",
-    "test_search_tune.py",
-    "test_search_scheduler.py",
-    "test_cli_programs.py",
-    "test_graph_property.py",
-)
-
-
-def pytest_collection_modifyitems(items):
-    rank = {name: i for i, name in enumerate(SLOWEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(SLOWEST_FILES)))  # stable: a file keeps its order
