@@ -246,9 +246,8 @@ def tune_one(
 def time_ours(wl, mod, inputs, outs, args, ours: list[float], ours_best: list[float]) -> None:
     """One sample of our module: three repeats; their median goes to ``ours``, their best to
     ``ours_best``, which the peak (a best of three samples) is compared with: the same statistic
-    on both sides, since noise only lowers either. On the shared Emerald Rapids host the median
-    of the register-only peak was 0.78 of its best (stop 37), and pairing a best peak with a
-    median kernel read our int8 kernels that much lower."""
+    on both sides, since noise only lowers either. (On the Emerald Rapids host at stop 37 this
+    moved the int8 ratios little: the spread there is over time, not within a sample.)"""
     t = mod.time(*inputs, *outs, repeat=3, min_repeat_ms=args.min_seconds * 1e3)
     ours.append(wl.flops / t.median / 1e9)
     ours_best.append(wl.flops / t.min / 1e9)
