@@ -98,7 +98,8 @@ def test_a_bug_is_one_line_and_says_how_to_see_more(monkeypatch, capsys):
         cli.main(["workloads", "--debug"])
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+# SIGHUP takes SIGTERM's handler (catch_stop_signals); the test after this one checks it in process
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
 def test_a_signal_stops_a_tune_cleanly_and_keeps_every_record(tmp_path, sig):
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
     # Ctrl-C as in a terminal: a job a non-interactive shell started in the background (`.ci/run &`)
@@ -122,3 +123,21 @@ def test_a_signal_stops_a_tune_cleanly_and_keeps_every_record(tmp_path, sig):
     kept = [json.loads(line) for line in records.read_text().splitlines()]
     assert len(kept) >= 2 and len({r["candidate_key"] for r in kept}) == len(kept)
     assert f"interrupted: {len(kept)} records kept in w/database" in err
+
+
+def test_sighup_stops_a_command_as_sigterm_does(monkeypatch, capsys):
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+
+    def hung_up(args):
+        os.kill(os.getpid(), signal.SIGHUP)
+        time.sleep(10)
+        return 0
+
+    monkeypatch.setattr(cli, "_cmd_workloads", hung_up)
+    try:
+        assert cli.main(["workloads"]) == 130
+        assert signal.getsignal(signal.SIGHUP) is signal.getsignal(signal.SIGTERM)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    assert capsys.readouterr().err.splitlines() == ["tensorsearch workloads: stopped by SIGHUP"]

@@ -1,5 +1,6 @@
 """Tuning on a cluster: a simulated three-node Ray cluster (tests/cluster_scenarios.py, run
-once in a fresh process), RAY_ADDRESS, nodes refused for timing, and a killed model run resumed.
+once in a fresh process), RAY_ADDRESS, nodes refused for timing, and a killed model run (a driver
+joined to the cluster) resumed by another.
 """
 
 from __future__ import annotations
@@ -12,12 +13,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from proc_util import kill_when, lines
 
-from tensorsearch import hardware, workloads
-from tensorsearch.search import Database, SearchConfig, hardware_key, workload_key
+from tensorsearch import hardware
 from tensorsearch.search.measure import RunnerPool, init_ray, resolve_address
-from tensorsearch.search.scheduler import tune_model
 
 HERE = Path(__file__).resolve().parent
 HOST = hardware.load("host")
@@ -121,32 +119,6 @@ def test_nodes_whose_cpu_cannot_run_the_descriptor_are_refused_once():
     with pytest.warns(UserWarning, match=r"is not used for timing x86-emeraldrapids candidates: its CPU lacks \+"):
         with pytest.raises(RuntimeError, match="no alive node with CPUs that can run code for x86-emeraldrapids"):
             RunnerPool(emerald)
-
-
-KILLED_MODEL_RUN = """
-import sys
-from tensorsearch import workloads
-from tensorsearch.search import SearchConfig
-from tensorsearch.search.scheduler import tune_model
-cfg = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
-wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
-tune_model(wls, "host", 60, sys.argv[1], seed=3, config=cfg, workers=0)
-"""
-
-
-def test_a_killed_model_run_resumes_without_losing_or_remeasuring(tmp_path):
-    records_file = tmp_path / "database" / "tuning_records.jsonl"
-    kill_when([sys.executable, "-c", KILLED_MODEL_RUN, str(tmp_path)], lambda: lines(records_file) >= 6)
-    before = [json.loads(line)["candidate_key"] for line in records_file.read_text().splitlines() if line.strip()]
-    assert 6 <= len(before) < 60
-    init_ray()
-    wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
-    config = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
-    result = tune_model(wls, HOST, len(before) + 8, tmp_path, seed=3, config=config, workers=0)
-    db = Database(tmp_path)
-    keys = [r.candidate_key for wl in wls for r in db.records(workload_key(wl.func), hardware_key(HOST))]
-    assert result.trials == len(keys) == len(before) + 8 and len(set(keys)) == len(keys)
-    assert set(before) <= set(keys)
 
 
 def test_an_aarch64_descriptor_runs_under_qemu_on_the_labelled_node_only(cluster_run):
