@@ -1,5 +1,5 @@
 """Run a command in its own session and SIGKILL it (with the Ray cluster it started) once it has
-written enough records: the killed-run tests of tune, tune_model and experiments."""
+written enough records: the killed-run tests of tune and of experiments."""
 
 from __future__ import annotations
 
