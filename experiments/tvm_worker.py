@@ -14,7 +14,10 @@ never corrupt the replies). Requests (``cmd``):
   it), report its parameter shapes, tune it with ``meta_schedule.tune_tir`` (``max_trials_global``
   = trials, 64 per iteration, the given number of cores), compile the best schedule and keep the
   module; dump the scheduled TIR, its trace, the LLVM IR and the assembly into ``dump_dir``.
-* ``run``: load inputs from an ``.npz``, run the kept module, save the outputs to an ``.npz``.
+  With ``pack_weights`` (int8 with VNNI) the function takes its weights packed ahead where they
+  fill whole VNNI blocks (below; the reply's ``weights_packed`` says whether they did).
+* ``run``: load inputs from an ``.npz`` (the plain layouts; the weights re-laid here when the
+  kept function takes them packed), run the kept module, save the outputs to an ``.npz``.
 * ``time``: ``time_evaluator`` of the kept module on those inputs: seconds per call, each repeat's.
 * ``quit``.
 
@@ -30,6 +33,16 @@ Two local fixes to TVM 0.27 live here:
   in every builder process, which parses every shipped intrinsic (35 s on a busy 2-core machine,
   past the builder's 30 s timeout: every candidate failed). Our build function does the same
   build without that import (a tensorized schedule has its intrinsics expanded already).
+
+**Weights packed ahead for VNNI.** MetaSchedule tensorizes with ``dot_16x4_vnni`` only where
+each 16 x 4 block of weights is contiguous: its plain-layout int8 GEMM and convolutions fail in
+``RewriteTensorize`` ("The stmt ... doesn't match the tensor intrin"), and the tuned kernels run
+without ``vpdpbusd``. TVM gets that layout from its graph level (``dense_vnni``'s and
+``conv2d_NCHWc_int8``'s packed weights), not from MetaSchedule. So with ``pack_weights`` the
+function takes its weights, ``(..., K, N)`` with ``K`` the reduced channels and ``N`` the output
+channels, as ``(..., N/16, K/4, 16, 4)`` (``transform_layout`` on the parameter; only where
+``K % 4 == 0`` and ``N % 16 == 0``), and ``run`` packs them before the call: the timed kernel
+does not re-lay them, as in a model.
 
 ``python experiments/tvm_worker.py --check-vnni`` tensorizes a small u8 x i8 GEMM with the
 re-registered intrinsic, compiles it for ``znver4`` (it need not run here) and checks that the
@@ -130,6 +143,30 @@ def te_func(name: str, index: int, dtype: str):
     return te.create_prim_func(tensors)
 
 
+def vnni_packable(func) -> bool:
+    """Whether the weights (parameter 1, ``(..., K, N)``) fill whole 16 x 4 VNNI blocks."""
+    shape = [int(s) for s in func.params[1].shape]
+    return len(shape) >= 2 and shape[-2] % 4 == 0 and shape[-1] % 16 == 0
+
+
+def with_vnni_packed_weights(func):
+    """``func`` taking its weights ``(..., K, N)`` as ``(..., N/16, K/4, 16, 4)`` (see above)."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    block = sch.get_sblock(str(func.params[-1].name))  # te.create_prim_func names it after its output
+    sch.transform_layout(block, ("read", 1), lambda *i: (*i[:-2], i[-1] // 16, i[-2] // 4, i[-1] % 16, i[-2] % 4))
+    return sch.mod["main"]
+
+
+def pack_vnni(weights: np.ndarray) -> np.ndarray:
+    """numpy's ``(..., K, N)`` -> ``(..., N/16, K/4, 16, 4)``, as :func:`with_vnni_packed_weights`."""
+    *lead, k, n = weights.shape
+    blocks = weights.reshape(*lead, k // 4, 4, n // 16, 16)
+    d = len(lead)
+    return np.ascontiguousarray(blocks.transpose(*range(d), d + 2, d, d + 3, d + 1))
+
+
 def signature(func) -> list[dict]:
     """Each parameter's name, shape and dtype (in TVM 0.27 a PrimFunc's params are the buffers)."""
     return [{"name": str(p.name), "shape": [int(s) for s in p.shape], "dtype": str(p.dtype)} for p in func.params]
@@ -148,12 +185,15 @@ class Worker:
         from tvm.s_tir import meta_schedule as ms
 
         func = te_func(req["name"], int(req["index"]), req["dtype"])
-        sig = signature(func)
+        sig = signature(func)  # the plain layouts, checked against ours
         if req.get("expect") is not None:
             want = [(s["shape"], s["dtype"]) for s in req["expect"]]
             got = [(s["shape"], s["dtype"]) for s in sig]
             if want != got:
                 return {"ok": False, "error": f"TVM's {req['name']}:{req['index']} has parameters {got}, ours {want}"}
+        packed = bool(req.get("pack_weights")) and vnni_packable(func)
+        if packed:
+            func = with_vnni_packed_weights(func)
         target = make_target(req["mcpu"], req["cores"])
         import tvm.s_tir.tensor_intrin  # TuneContext imports it anyway; ours then overrides dot_16x4_vnni
 
@@ -209,6 +249,8 @@ class Worker:
             "records": len(records),
             "failed": failed,
             "signature": sig,
+            "weights_packed": packed,
+            "packed_signature": signature(func) if packed else None,
             "target": str(target),
             "tvm": tvm.__version__,
         }
@@ -225,6 +267,8 @@ class Worker:
 
         data = np.load(req["inputs"])
         arrays = [data[f"a{i}"] for i in range(len(data.files))]
+        if req.get("pack_weights"):
+            arrays[1] = pack_vnni(arrays[1])
         dev = tvm.cpu()
         self.inputs = [tvm.runtime.tensor(a, dev) for a in arrays]
         self.lib["main"](*self.inputs)

@@ -4,7 +4,8 @@ Run from the repository root (a benchmark: hold the shared lock):
 
     python experiments/vs_tvm.py --setup            # once: the TVM side environment in .tvm-env/
     flock /tmp/tensorsearch-bench.lock python experiments/vs_tvm.py [--ops C2D:1,T2D:0,GMM:3]
-        [--dtypes float32,int8] [--trials 64] [--out DIR | --update-tracked] [--rounds 5] [--debug]
+        [--dtypes float32,int8] [--trials 64] [--hardware host] [--out DIR | --update-tracked]
+        [--rounds 5] [--debug]
     flock /tmp/tensorsearch-bench.lock python experiments/vs_tvm.py --retime EARLIER_OUT_DIR --ops ... --out DIR
         # tunes nothing: re-times the two kernels of each pair that an earlier run dumped
 
@@ -22,18 +23,30 @@ pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
    function with uint8 data and int8 weights, as ours), checks that its parameter shapes and
    dtypes are ours (``tensorsearch.workloads.get``), and tunes it with ``meta_schedule.tune_tir``
    (``max_trials_global`` = ``--trials``, 64 trials per iteration, ``--threads`` cores) for
-   target ``{"kind": "llvm", "mcpu": HOST, "num-cores": THREADS}``, HOST being
-   ``tensorsearch.hardware.load("host").cpu``. int8 is tensorized with VNNI (our re-registered
-   ``dot_16x4_vnni``, see tvm_worker.py) where the host has AVX-512 VNNI; elsewhere both sides
-   tune plain int8 code, and the row says so.
-2. Ours: ``tensorsearch.tune`` on the host descriptor with the same trial count (as
+   target ``{"kind": "llvm", "mcpu": CPU, "num-cores": THREADS}``, CPU being the ``cpu`` of our
+   descriptor (``--hardware``, default ``host``). int8 is tensorized with VNNI (our re-registered
+   ``dot_16x4_vnni``, see tvm_worker.py) where the descriptor has AVX-512 VNNI; elsewhere both
+   sides tune plain int8 code, and the row says so. ``--hardware x86-emeraldrapids`` on an
+   AMX host: ours on VNNI, as TVM's (MetaSchedule has no AMX rule).
+2. Ours: ``tensorsearch.tune`` on that descriptor with the same trial count (as
    ``experiments/tune_ops.py``), then the local Ray cluster is shut down.
+
+   **int8 with VNNI: weights packed ahead, on both sides.** MetaSchedule tensorizes only weights
+   already laid out in 16 x 4 blocks (tvm_worker.py), so its function takes them packed
+   (``(..., K, N)`` as ``(..., N/16, K/4, 16, 4)``; the worker packs them before the call, as
+   TVM's graph level does). Ours then tunes the same function with its weights marked
+   ``layout_free`` (``tensorsearch.transform.mark_layout_free``): the stages that re-lay them
+   run once, ahead, untimed (``split_constant_stages``), as in our models. Each side times its
+   kernel without the weight copy; ``ours ms, pack in kernel`` times our whole function as well.
+   Where the weights do not fill 16 x 4 blocks (C2D:0, 3 input channels) TVM cannot tensorize
+   and both sides take plain weights, re-laid (ours) inside the timed kernel.
 3. Both best kernels run on the same fresh random inputs and are checked against the workload's
    numpy reference.
 4. Re-timing, interleaved: ``--rounds`` rounds, each one TVM sample (``time_evaluator`` in the
    worker process, ``TVM_NUM_THREADS`` = ``--threads``, ``TVM_BIND_THREADS=0``, ``min_repeat_ms`` = ``--min-seconds``,
    median of 3 repeats) then one of ours (``Module.time`` in this process, ``num_threads`` =
-   ``--threads``, same ``min_repeat_ms``, median of 3). A latency is the median over rounds; the
+   ``--threads``, same ``min_repeat_ms``, median of 3; with packed weights, its main part on the
+   weights packed once, ahead). A latency is the median over rounds; the
    speed ratio ``ours/TVM`` (TVM latency over ours: above 1, ours is faster) is the median over
    the rounds' pairs. The two processes never run at once, and each sample starts 0.2 s after the
    other's (``bench_env.settle``: a pool's threads spin on after its work).
@@ -84,6 +97,7 @@ PINS = ["apache-tvm==0.27.0.post1", "apache-tvm-ffi==0.1.14.post1"]
 EXTRAS = ["xgboost-cpu", "psutil", "cloudpickle", "scipy", "tornado"]  # what MetaSchedule imports
 SETUP_CMD = "python experiments/vs_tvm.py --setup"
 OPS = ("C2D:1", "T2D:0", "GMM:3")
+WEIGHTS = {True: "packed ahead", False: "plain"}  # int8 rows: how both sides take the weights
 DTYPES = ("float32",)
 
 
@@ -195,6 +209,7 @@ def compare_one(
     from tensorsearch import workloads
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar
+    from tensorsearch.transform import mark_layout_free
 
     wl = workloads.get(name, index, dtype)
     key = f"{name}_{index}_{dtype}"
@@ -203,7 +218,7 @@ def compare_one(
     vnni = hw.has_feature("+avx512vnni")
     row.update(
         args="x".join(map(str, wl.args)),
-        vnni=("yes" if vnni else "no (host lacks AVX-512 VNNI)") if dtype == "int8" else "",
+        vnni=("yes" if vnni else f"no ({hw.name} lacks AVX-512 VNNI)") if dtype == "int8" else "",
     )
     expect = [{"shape": list(t.shape), "dtype": t.dtype} for t in [*wl.inputs, *wl.outputs]]
 
@@ -223,14 +238,18 @@ def compare_one(
         expect=expect,
         work_dir=str(work / "tvm"),
         dump_dir=str(dump),
+        pack_weights=dtype == "int8" and vnni,
     )
+    packed = bool(t.get("weights_packed"))
+    row["weights"] = WEIGHTS[packed] if dtype == "int8" else ""
     row.update(tvm_wall_s=round(t["wall_s"], 1), tvm_failed=t["failed"], tvm_records=t["records"])
     if t.get("tuned_s"):
         row["tvm_tuned_ms"] = round(t["tuned_s"] * 1e3, 4)
 
     print(f"== {wl.key}: tensorsearch, {args.trials} trials", file=sys.stderr)
     with ProgressBar(sys.stderr) as bar:
-        result = tune(wl, hw, args.trials, work / "ours", seed=args.seed, progress=bar)
+        target = mark_layout_free(wl.func, [1]) if packed else wl
+        result = tune(target, hw, args.trials, work / "ours", seed=args.seed, progress=bar)
     import ray
 
     ray.shutdown()  # a busy local cluster slowed re-timing by ~20% (docs/search.md)
@@ -239,7 +258,7 @@ def compare_one(
         raise Failure("tensorsearch: no trial succeeded")
     row["ours_tuned_ms"] = round(result.latency * 1e3, 4)
     dump_ours(result, dump)
-    check_and_time(wl, result.module, worker, args, work, row)
+    check_and_time(wl, *ours_programs(wl, result.trace, hw, packed), worker, args, work, row)
 
 
 def retime_one(
@@ -248,39 +267,64 @@ def retime_one(
     """Re-time the two kernels an earlier run dumped (``--retime DIR``): ours rebuilt from its
     trace, TVM's loaded from its exported library; the tuning columns are the earlier run's."""
     from tensorsearch import workloads
-    from tensorsearch.runtime import build
-    from tensorsearch.schedule import Schedule, Trace
+    from tensorsearch.schedule import Trace
 
     wl = workloads.get(name, index, dtype)
     dump = args.retime / "dumps" / f"{name}_{index}_{dtype}"
     for path in (dump / "ours_trace.json", dump / "tvm_lib.so"):
         if not path.is_file():
             raise Failure(f"--retime: {path} is missing")
-    keep = ("args", "vnni", "trials", "tvm_tuned_ms", "ours_tuned_ms", "tvm_wall_s", "ours_wall_s")
+    keep = ("args", "vnni", "weights", "trials", "tvm_tuned_ms", "ours_tuned_ms", "tvm_wall_s", "ours_wall_s")
     row.update({k: earlier[k] for k in keep if earlier.get(k) not in (None, "")})
-    sch = Schedule(wl.func, check=False, hardware=hw)
-    Trace.from_json((dump / "ours_trace.json").read_text()).apply(sch)
+    trace = Trace.from_json((dump / "ours_trace.json").read_text())
     worker.ask(cmd="load", path=str(dump / "tvm_lib.so"))
     work = work_root / f"{name}_{index}_{dtype}"
     work.mkdir(parents=True, exist_ok=True)
-    check_and_time(wl, build(sch.func, hw.with_fp_contract()), worker, args, work, row)
+    packed = row.get("weights") == WEIGHTS[True]
+    check_and_time(wl, *ours_programs(wl, trace, hw, packed), worker, args, work, row)
 
 
-def check_and_time(wl, mod, worker: TvmWorker, args, work: Path, row: dict) -> None:
+def ours_programs(wl, trace, hw, packed: bool):
+    """Our best kernel as it is timed, and (with packed weights) our whole function as well.
+
+    With packed weights the timed program is the schedule's main part, its weights re-laid once,
+    ahead, by the prepack (``split_constant_stages``; the whole function when the schedule
+    re-lays nothing); otherwise the whole function, and no second one."""
+    from tensorsearch.graph.executor import TaskProgram
+    from tensorsearch.runtime import build
+    from tensorsearch.schedule import Schedule
+    from tensorsearch.transform import mark_layout_free, split_constant_stages
+
+    hwc = hw.with_fp_contract()
+    sch = Schedule(mark_layout_free(wl.func, [1]) if packed else wl.func, check=False, hardware=hw)
+    trace.apply(sch)
+    whole = build(sch.func, hwc)
+    split = split_constant_stages(sch.func, [1]) if packed else None
+    if split is None:
+        return TaskProgram(whole), (whole if packed else None)
+    return TaskProgram(build(split.main, hwc), build(split.prepack, hwc), split), whole
+
+
+def check_and_time(wl, program, whole, worker: TvmWorker, args, work: Path, row: dict) -> None:
     """Run both kernels on the same inputs, check both against numpy, then time them in
-    interleaved rounds; fills ``row``'s latency columns."""
+    interleaved rounds; fills ``row``'s latency columns. ``program``: ours as timed (a
+    TaskProgram); ``whole``: our whole function, timed too when it is not ``program.main``."""
     from tensorsearch.runtime import aligned_copy
 
-    mod.num_threads = args.threads
+    packed = row.get("weights") == WEIGHTS[True]
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng(args.seed))]  # as TVM's NDArrays
     want = wl.reference(*inputs)
     ours_out = [aligned_copy(np.full(o.shape, 7, o.dtype)) for o in wl.outputs]
-    mod(*inputs, *ours_out)
-    wl.check(ours_out, want)
+    ours_args = program.main_args([*inputs, *ours_out])
+    for mod in (program.main, whole):
+        if mod is not None:
+            mod.num_threads = args.threads
+            mod(*(ours_args if mod is program.main else [*inputs, *ours_out]))
+            wl.check(ours_out, want)
     arrays = [*inputs, *[np.full(o.shape, 7, o.dtype) for o in wl.outputs]]
     in_path, out_path = work / "inputs.npz", work / "tvm_outputs.npz"
     np.savez(in_path, **{f"a{i}": a for i, a in enumerate(arrays)})
-    worker.ask(cmd="run", inputs=str(in_path), outputs=str(out_path))
+    worker.ask(cmd="run", inputs=str(in_path), outputs=str(out_path), pack_weights=packed)
     got = np.load(out_path)
     tvm_out = [got[f"arr_{len(inputs) + i}"] for i in range(len(wl.outputs))]
     try:
@@ -290,14 +334,21 @@ def check_and_time(wl, mod, worker: TvmWorker, args, work: Path, row: dict) -> N
 
     tvm_s: list[float] = []
     ours_s: list[float] = []
+    whole_s: list[float] = []
+    timed_ms = args.min_seconds * 1e3
     row["load"] = round(os.getloadavg()[0], 2)  # other processes on the cores inflate both latencies
     for _ in range(args.rounds):
         settle()  # each side's pool threads spin on after its sample (bench_env.settle)
         r = worker.ask(cmd="time", min_repeat_ms=args.min_seconds * 1e3, repeat=3)
         tvm_s.append(statistics.median(r["results"]))
         settle()
-        ours_s.append(mod.time(*inputs, *ours_out, min_repeat_ms=args.min_seconds * 1e3).median)
+        ours_s.append(program.main.time(*ours_args, min_repeat_ms=timed_ms).median)
+        if whole is not None:
+            settle()
+            whole_s.append(whole.time(*inputs, *ours_out, min_repeat_ms=timed_ms).median)
     tvm_ms, ours_ms = statistics.median(tvm_s) * 1e3, statistics.median(ours_s) * 1e3
+    if whole_s:
+        row["ours_whole_ms"] = round(statistics.median(whole_s) * 1e3, 4)
     row.update(
         tvm_ms=round(tvm_ms, 4),
         ours_ms=round(ours_ms, 4),
@@ -315,9 +366,11 @@ COLUMNS = [
     ("args", "args"),
     ("dtype", "dtype"),
     ("vnni", "int8 VNNI"),
+    ("weights", "int8 weights"),
     ("trials", "trials"),
     ("tvm_ms", "TVM ms"),
     ("ours_ms", "ours ms"),
+    ("ours_whole_ms", "ours ms, pack in kernel"),
     ("tvm_gops", "TVM G(FL)OPS"),
     ("ours_gops", "ours G(FL)OPS"),
     ("ratio", "ours/TVM speed"),
@@ -408,7 +461,8 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="cores: tuning and timing (default all)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved re-timing rounds (default 5)")
     ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing repeat (default 0.05)")
-    ap.add_argument("--mcpu", help="TVM's -mcpu (default: tensorsearch.hardware.load('host').cpu)")
+    ap.add_argument("--hardware", default="host", help="our descriptor (default host); TVM's -mcpu is its cpu")
+    ap.add_argument("--mcpu", help="TVM's -mcpu (default: the --hardware descriptor's cpu)")
     ap.add_argument("--debug", action="store_true", help="tracebacks, and TVM's output on stderr")
     ap.add_argument(
         "--retime",
@@ -445,7 +499,10 @@ def main() -> int:
         return 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no shipped descriptor matches": expected on most hosts
-        hw = hardware.load("host")
+        try:
+            hw = hardware.load(args.hardware)
+        except hardware.HardwareError as err:
+            ap.error(f"--hardware: {err}")
     args.mcpu = args.mcpu or hw.cpu
     out_dir = dest.out
     out_dir.mkdir(parents=True, exist_ok=True)

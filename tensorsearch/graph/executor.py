@@ -48,15 +48,18 @@ class TaskProgram:
     prepack: Module | None = None
     split: ConstantSplit | None = None
 
-    def bind(self, arrays: Sequence[np.ndarray]) -> Callable[[], int]:
-        """The call of ``main`` on one kernel's arrays (in the lowered kernel's parameter order),
-        its constants packed first when there is a prepack."""
+    def main_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+        """``main``'s arguments for one kernel's arrays (in the lowered kernel's parameter order):
+        the arrays themselves, or, when there is a prepack, with the constants packed first."""
         if self.split is None or self.prepack is None:
-            return self.main.bind(*arrays)
+            return list(arrays)
         packed = [aligned_zeros([d.value for d in b.shape], _np_dtype(str(b.dtype))) for b in self.split.packed]
         self.prepack.bind(*(arrays[i] for i in self.split.prepack_inputs), *packed)()
-        args = [arrays[p] if isinstance(p, int) else packed[p[1]] for p in self.split.main_params]
-        return self.main.bind(*args)
+        return [arrays[p] if isinstance(p, int) else packed[p[1]] for p in self.split.main_params]
+
+    def bind(self, arrays: Sequence[np.ndarray]) -> Callable[[], int]:
+        """The call of ``main`` on one kernel's arrays (:meth:`main_args`)."""
+        return self.main.bind(*self.main_args(arrays))
 
 
 def _np_dtype(dtype: str) -> np.dtype:
