@@ -143,6 +143,22 @@ def test_first_round_measures_the_analytic_candidates_alone():
     assert stats.heuristic == 0
 
 
+def test_a_round_from_nothing_measured_and_untrained_measures_fresh_samples():
+    wl = workloads.make("GMM", SMALL["GMM"], "int8")
+    space = DesignSpace(wl.func, ZNVER4)
+    config = SearchConfig(population_size=8, init_min_unmeasured=4, genetic_num_iters=2, num_trials_per_iter=4)
+    model = CostModel(seed=0)
+    search = EvolutionarySearch(space, model, config, 0, LocalEvaluator(space))
+    stats = RoundStats()
+    batch = search.next_batch([], set(), stats)
+    assert len({c.key for c in batch}) == len(batch) == 4
+    assert stats.mutants == stats.scored == 0  # random scores would pick no better than the samples
+    stats = RoundStats()  # something measured: its mutants are proposed, though the scores are still random
+    later = search.next_batch(batch, {c.key for c in batch}, stats)
+    assert not model.trained and stats.mutants > 0 and stats.scored > 0
+    assert len(later) == 4 and not {c.key for c in later} & {c.key for c in batch}
+
+
 def test_analytic_candidates_alternate_inline_and_root_padding():
     # a padded convolution: which padding is faster depends on the operator (DEP:1 inline, C3D:0
     # at the root), so the first round gets each; a GEMM (nothing to place) gets its variants

@@ -132,7 +132,7 @@ def test_tune_a_bare_primfunc(tmp_path):
 def test_same_seed_proposes_the_same_candidates(tmp_path):
     wl = workloads.make("GMM", (1, 32, 32, 32), "float32")
     runs = []
-    for k, seed in enumerate((5, 5, 6)):
+    for k, seed in enumerate((2, 2, 4)):  # seeds whose samples build fast (seed 5 drew one that builds in 5 s)
         result = ts.tune(wl, HOST, trials=4, work_dir=tmp_path / str(k), seed=seed, config=SMALL, workers=0)
         runs.append([json.loads(r.trace) for r in result.records])
     assert runs[0] == runs[1]  # one round: the untrained cost model's scores are seeded too

@@ -14,11 +14,18 @@ Each round proposes ``num_trials_per_iter`` candidates to measure:
    taken at random from the fresh samples instead (exploration).
 
 The first round of a task (nothing measured yet) is instead ``init_heuristic`` candidates (at most
-a quarter of the batch; none in a batch under 16, whose first round evolves as above) whose tile,
+a quarter of the batch; none in a batch under 16) whose tile,
 parallel and unroll decisions come from :mod:`.heuristics` (register tiles, cache-fit tiles,
 parallel extent from the hardware YAML), spread over the design spaces, measured alone: the
 second round's population starts from their measurements, and the cost model has learnt from
 them before it ranks anything.
+
+A round with nothing measured to start from and an untrained cost model (nothing transferred: a
+first round under 16) measures fresh samples and evolves nothing: the model's scores are random
+and every parent is a random sample, so the generations would pick no better than the samples,
+at the cost of their replays (3.4 s of a 2-trial tune's 20 s, 217 candidates made for 2
+measured). With measured candidates the round evolves as above, their mutants included, even
+while the model's scores are still random.
 
 Candidates are made and featurized by an :class:`~.parallel.Evaluator` (in this process, or
 sharded over Ray workers); everything random is drawn from one ``random.Random(seed)``, so a run
@@ -227,6 +234,11 @@ class EvolutionarySearch:
         if analytic:  # measured alone: the evolution that follows ranks with what they teach
             stats.search_seconds += time.perf_counter() - t0
             return analytic
+        # nothing measured, an untrained model: random scores of random samples; evolving them only costs replays
+        if not measured and not self.cost_model.trained:
+            fresh = self._fresh(cfg.num_trials_per_iter, measured_keys, stats)
+            stats.search_seconds += time.perf_counter() - t0
+            return fresh
         n_measured = min(len(measured), int(cfg.population_size * cfg.init_measured_ratio))
         population = list(measured[:n_measured])
         fresh = self._fresh(max(cfg.population_size - n_measured, cfg.init_min_unmeasured), measured_keys, stats)
