@@ -4,7 +4,7 @@ Run from the repository root:
 
     python experiments/tune_ops.py [--trials 256] [--ops C1D,C2D,GMM:3@256,...] [--dtypes int8,float32]
                                    [--out DIR | --update-tracked] [--work-dir DIR] [--tvm-python PATH]
-                                   [--hardware NAME]
+                                   [--hardware NAME] [--weights-ahead]
 
 For every operator (``NAME`` is its first table shape, ``NAME:I`` shape ``I``; the default list is
 the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM the
@@ -25,6 +25,13 @@ it over ``--rounds`` rounds interleaved with the references measured in the same
 * **float32 also: the FMA peak** (x86 hosts) -- the same loop of vector ``fma`` on the
   descriptor's ``vector_bits`` (16 floats on AVX-512, 32 flops each): the vector units' peak,
   against which operators no dot-product unit fits (DEP) are read.
+
+``--weights-ahead``: an int8 operator's weights (its second parameter) are constants packed once,
+ahead, as TVM's ``RewriteLayout`` and our models treat them: the workload is tuned with them
+marked ``layout_free`` (the tuner times the kernel without the stages that only re-lay them) and
+re-timed the same way, its main part on weights the prepack laid out once
+(``TaskProgram.build``). By default the copy into the design space's layout is part of every
+timed call (docs/search.md, the plain-layout rule). The ``weights`` column says which.
 
 Every timed sample of our module (three repeats) is paired with a reference sample taken just
 before it; a ratio is the median over the pairs. Against numpy a sample of ours is its repeats'
@@ -164,13 +171,17 @@ def tune_one(
     from tensorsearch.runtime import aligned_copy, aligned_empty
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar, write_curve_csv, write_curve_png
+    from tensorsearch.transform import mark_layout_free
 
     wl = workloads.get(name, index, dtype)
+    ahead = args.weights_ahead and dtype == "int8"
     work_dir = work_root / f"{name}_{index}_{dtype}"
     row: dict = {"op": name, "index": index, "dtype": dtype, "args": "x".join(map(str, wl.args)), "tvm": tvm}
+    row["weights"] = "packed ahead" if ahead else "packed in every call"
     print(f"== {wl.key}: tuning {trials} trials in {work_dir}", file=sys.stderr)
     with ProgressBar(sys.stderr) as bar:
-        result = tune(wl, hw, trials, work_dir, seed=args.seed, address=args.address, progress=bar)
+        target = mark_layout_free(wl.func, [1]) if ahead else wl
+        result = tune(target, hw, trials, work_dir, seed=args.seed, address=args.address, progress=bar)
     write_curve_csv(work_dir / "tuning_curve.csv", result.curve, result.unit)
     write_curve_png(work_dir / "tuning_curve.png", result.curve, f"{wl.key} on {hw.name}", result.unit)
     if result.trace is not None:
@@ -204,11 +215,11 @@ def tune_one(
         ray.shutdown()
 
     # correctness on fresh random inputs, then same-run timing against the reference
-    mod = result.module
-    mod.num_threads = args.threads
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng())]
     outs = [aligned_empty(o.shape, o.dtype) for o in wl.outputs]
-    mod(*inputs, *outs)
+    mod, call = timed_program(result, target, hw, [*inputs, *outs]) if ahead else (result.module, [*inputs, *outs])
+    mod.num_threads = args.threads
+    mod(*call)
     wl.check(outs, wl.reference(*inputs))
     ours: list[float] = []
     ours_best: list[float] = []  # paired with the peak, which is a best of three too
@@ -225,7 +236,7 @@ def tune_one(
                     settle()
                     peaks.append(peak.sample())
                 settle()
-                time_ours(wl, mod, inputs, outs, args, ours, ours_best)
+                time_ours(wl, mod, call, args, ours, ours_best)
         row.update(numpy=round(statistics.median(refs), 2), ratio_vs_numpy=pair_ratio(ours, refs))
         if peak is not None:
             row.update(peak=round(statistics.median(peaks), 1), ratio_vs_peak=pair_ratio(ours_best, peaks))
@@ -235,7 +246,7 @@ def tune_one(
                 settle()
                 refs.append(peak.sample())
             settle()
-            time_ours(wl, mod, inputs, outs, args, ours, ours_best)
+            time_ours(wl, mod, call, args, ours, ours_best)
         if peak is not None:
             row.update(peak=round(statistics.median(refs), 1), ratio_vs_peak=pair_ratio(ours_best, refs))
     best = statistics.median(ours)
@@ -243,12 +254,24 @@ def tune_one(
     return row
 
 
-def time_ours(wl, mod, inputs, outs, args, ours: list[float], ours_best: list[float]) -> None:
+def timed_program(result, func, hw, arrays: list[np.ndarray]):
+    """With ``--weights-ahead``: the tuned schedule's main part, and its arguments, the weights
+    among ``arrays`` packed once by the prepack (the whole function when nothing re-lays them)."""
+    from tensorsearch.graph.executor import TaskProgram
+    from tensorsearch.schedule import Schedule
+
+    sch = Schedule(func, check=False, hardware=hw)
+    result.trace.apply(sch)
+    program = TaskProgram.build(sch.func, [1], hw.with_fp_contract())
+    return program.main, program.main_args(arrays)
+
+
+def time_ours(wl, mod, call, args, ours: list[float], ours_best: list[float]) -> None:
     """One sample of our module: three repeats; their median goes to ``ours``, their best to
     ``ours_best``, which the peak (a best of three samples) is compared with: the same statistic
     on both sides, since noise only lowers either. (On the Emerald Rapids host at stop 37 this
     moved the int8 ratios little: the spread there is over time, not within a sample.)"""
-    t = mod.time(*inputs, *outs, repeat=3, min_repeat_ms=args.min_seconds * 1e3)
+    t = mod.time(*call, repeat=3, min_repeat_ms=args.min_seconds * 1e3)
     ours.append(wl.flops / t.median / 1e9)
     ours_best.append(wl.flops / t.min / 1e9)
 
@@ -263,6 +286,7 @@ COLUMNS = [
     ("op", "op"),
     ("index", "shape"),
     ("dtype", "dtype"),
+    ("weights", "weights"),
     ("trials", "trials"),
     ("failed", "failed"),
     ("tuning_wall_s", "tuning wall s"),
@@ -404,6 +428,11 @@ def main() -> None:
         "--hardware",
         default="host",
         help="descriptor to tune for, one this machine runs (default host; x86-emeraldrapids on an AMX host: int8 on VNNI)",
+    )
+    ap.add_argument(
+        "--weights-ahead",
+        action="store_true",
+        help="int8: weights packed once, ahead, out of the timed kernel (default: re-laid in every call)",
     )
     outputs.add_arguments(ap, "tune_ops")
     args = ap.parse_args()

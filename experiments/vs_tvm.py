@@ -291,18 +291,16 @@ def ours_programs(wl, trace, hw, packed: bool):
     ahead, by the prepack (``split_constant_stages``; the whole function when the schedule
     re-lays nothing); otherwise the whole function, and no second one."""
     from tensorsearch.graph.executor import TaskProgram
-    from tensorsearch.runtime import build
     from tensorsearch.schedule import Schedule
-    from tensorsearch.transform import mark_layout_free, split_constant_stages
+    from tensorsearch.transform import mark_layout_free
 
     hwc = hw.with_fp_contract()
     sch = Schedule(mark_layout_free(wl.func, [1]) if packed else wl.func, check=False, hardware=hw)
     trace.apply(sch)
-    whole = build(sch.func, hwc)
-    split = split_constant_stages(sch.func, [1]) if packed else None
-    if split is None:
-        return TaskProgram(whole), (whole if packed else None)
-    return TaskProgram(build(split.main, hwc), build(split.prepack, hwc), split), whole
+    program = TaskProgram.build(sch.func, [1] if packed else (), hwc)
+    if not packed:
+        return program, None
+    return program, (program.main if program.split is None else TaskProgram.build(sch.func, (), hwc).main)
 
 
 def check_and_time(wl, program, whole, worker: TvmWorker, args, work: Path, row: dict) -> None:

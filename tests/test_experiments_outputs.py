@@ -181,7 +181,7 @@ def test_tune_ops_pairs_the_peak_with_our_best_repeat_and_numpy_with_their_media
 
     ours, best = [], []
     wl = SimpleNamespace(flops=8e9)
-    tune_ops.time_ours(wl, Module(), [], [], SimpleNamespace(min_seconds=0.05), ours, best)
+    tune_ops.time_ours(wl, Module(), [], SimpleNamespace(min_seconds=0.05), ours, best)
     assert ours == [4.0] and best == [8.0]  # GOPS: 8e9 operations over 2 s (median) and 1 s (best)
 
 

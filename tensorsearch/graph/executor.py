@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import parse_dtype
+from ..ir import PrimFunc, parse_dtype
 from ..ir.dtype import numpy_dtype
 from ..runtime.memory import aligned_copy, aligned_empty, aligned_zeros
-from ..runtime.module import Module
+from ..runtime.module import Module, build
 from ..runtime.sequence import call_sequence
-from ..transform import ConstantSplit
+from ..target import Hardware
+from ..transform import ConstantSplit, split_constant_stages
 from .fuse import Kernel
 from .ir import Graph, GraphError, Value
 
@@ -47,6 +48,19 @@ class TaskProgram:
     main: Module
     prepack: Module | None = None
     split: ConstantSplit | None = None
+
+    @classmethod
+    def build(
+        cls, func: PrimFunc, constants: Sequence[int], hardware: Hardware, name: str | None = None
+    ) -> TaskProgram:
+        """``func`` (a scheduled kernel) compiled to run on its ``constants`` (parameter indices)
+        packed once, ahead: the stages that only re-lay them become the prepack
+        (:func:`~tensorsearch.transform.split_constant_stages`); the whole function when none do."""
+        split = split_constant_stages(func, constants) if constants else None
+        if split is None:
+            return cls(build(func, hardware, name=name))
+        prepack = build(split.prepack, hardware, name=f"{name}_prepack" if name else None)
+        return cls(build(split.main, hardware, name=name), prepack, split)
 
     def main_args(self, arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
         """``main``'s arguments for one kernel's arrays (in the lowered kernel's parameter order):

@@ -27,10 +27,9 @@ from ..graph.ir import Graph
 from ..graph.onnx_import import ModelLike, from_onnx
 from ..graph.passes import prepare
 from ..ir import PrimFunc
-from ..runtime import build
 from ..schedule import Schedule, ScheduleError, Trace
 from ..target import Hardware, resolve
-from ..transform import layout_free_params, split_constant_stages
+from ..transform import layout_free_params
 from .database import Database, hardware_key
 from .heuristics import heuristic_traces
 from .space import DesignSpace, SearchSpaceError
@@ -90,13 +89,7 @@ def _task_program(task: Task, constants: Sequence[int], hw: Hardware, db: Databa
         func, source = default_schedule(task.func, hw), "default"
         if func is None:
             func, source = task.func, "unscheduled"
-    build_hw = hw.with_fp_contract()
-    split = split_constant_stages(func, constants) if source != "unscheduled" else None
-    if split is None:
-        program = TaskProgram(build(func, build_hw, name=task.name))
-    else:
-        prepack = build(split.prepack, build_hw, name=f"{task.name}_prepack")
-        program = TaskProgram(build(split.main, build_hw, name=task.name), prepack, split)
+    program = TaskProgram.build(func, constants if source != "unscheduled" else (), hw.with_fp_contract(), task.name)
     made = (program, source)
     if len(_BUILT) >= _BUILT_MAX:
         _BUILT.pop(next(iter(_BUILT)))
