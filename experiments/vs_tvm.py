@@ -490,17 +490,19 @@ def main() -> int:
                 workloads.get(name, index, dtype)
             except ValueError as err:
                 ap.error(f"--ops/--dtypes: {err}")
-    try:
-        tvm_version = side_env_version()
-    except Failure as err:
-        print(err, file=sys.stderr)
-        return 2
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "no shipped descriptor matches": expected on most hosts
         try:
             hw = hardware.load(args.hardware)
         except hardware.HardwareError as err:
             ap.error(f"--hardware: {err}")
+    if not hw.runs_here:  # both kernels run and are timed here
+        ap.error(f"--hardware: this CPU cannot run code built for {hw.name}; name a descriptor it runs (default host)")
+    try:
+        tvm_version = side_env_version()
+    except Failure as err:
+        print(err, file=sys.stderr)
+        return 2
     args.mcpu = args.mcpu or hw.cpu
     out_dir = dest.out
     out_dir.mkdir(parents=True, exist_ok=True)

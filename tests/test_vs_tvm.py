@@ -5,6 +5,7 @@ its ``transform_layout`` applies, and our side's programs (the main part on weig
 ahead, and the whole function) are built and run on the host.
 """
 
+import subprocess
 import sys
 import warnings
 from pathlib import Path
@@ -56,3 +57,19 @@ def test_our_int8_kernel_is_timed_on_weights_packed_ahead():
         wl.check(out, want)
     plain, none = vs_tvm.ours_programs(wl, trace, hw, packed=False)
     assert plain.split is None and none is None
+
+
+def test_a_descriptor_this_cpu_cannot_run_is_refused_in_one_line_before_anything_starts(tmp_path):
+    if hardware.load("arm-neoverse-v1").runs_here:
+        pytest.skip("this CPU runs arm-neoverse-v1 code")
+    script = Path(vs_tvm.__file__)
+    res = subprocess.run(
+        [sys.executable, str(script), "--hardware", "arm-neoverse-v1", "--out", str(tmp_path / "out")],
+        cwd=script.parent.parent, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert res.returncode == 2
+    assert res.stderr.strip().splitlines()[-1] == (
+        "vs_tvm.py: error: --hardware: this CPU cannot run code built for arm-neoverse-v1; "
+        "name a descriptor it runs (default host)"
+    )
+    assert not (tmp_path / "out").exists()
