@@ -217,7 +217,9 @@ def tune_one(
     # correctness on fresh random inputs, then same-run timing against the reference
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng())]
     outs = [aligned_empty(o.shape, o.dtype) for o in wl.outputs]
-    mod, call = timed_program(result, target, hw, [*inputs, *outs]) if ahead else (result.module, [*inputs, *outs])
+    mod, call = (
+        timed_program(result.trace, target, hw, [*inputs, *outs]) if ahead else (result.module, [*inputs, *outs])
+    )
     mod.num_threads = args.threads
     mod(*call)
     wl.check(outs, wl.reference(*inputs))
@@ -254,14 +256,14 @@ def tune_one(
     return row
 
 
-def timed_program(result, func, hw, arrays: list[np.ndarray]):
+def timed_program(trace, func, hw, arrays: list[np.ndarray]):
     """With ``--weights-ahead``: the tuned schedule's main part, and its arguments, the weights
     among ``arrays`` packed once by the prepack (the whole function when nothing re-lays them)."""
     from tensorsearch.graph.executor import TaskProgram
     from tensorsearch.schedule import Schedule
 
     sch = Schedule(func, check=False, hardware=hw)
-    result.trace.apply(sch)
+    trace.apply(sch)
     program = TaskProgram.build(sch.func, [1], hw.with_fp_contract())
     return program.main, program.main_args(arrays)
 

@@ -291,6 +291,7 @@ def ours_programs(wl, trace, hw, packed: bool):
     ahead, by the prepack (``split_constant_stages``; the whole function when the schedule
     re-lays nothing); otherwise the whole function, and no second one."""
     from tensorsearch.graph.executor import TaskProgram
+    from tensorsearch.runtime import build
     from tensorsearch.schedule import Schedule
     from tensorsearch.transform import mark_layout_free
 
@@ -300,16 +301,17 @@ def ours_programs(wl, trace, hw, packed: bool):
     program = TaskProgram.build(sch.func, [1] if packed else (), hwc)
     if not packed:
         return program, None
-    return program, (program.main if program.split is None else TaskProgram.build(sch.func, (), hwc).main)
+    return program, (program.main if program.split is None else build(sch.func, hwc))
 
 
 def check_and_time(wl, program, whole, worker: TvmWorker, args, work: Path, row: dict) -> None:
     """Run both kernels on the same inputs, check both against numpy, then time them in
     interleaved rounds; fills ``row``'s latency columns. ``program``: ours as timed (a
-    TaskProgram); ``whole``: our whole function, timed too when it is not ``program.main``."""
+    TaskProgram); ``whole``: our whole function, given (and timed too) when the weights are packed
+    ahead."""
     from tensorsearch.runtime import aligned_copy
 
-    packed = row.get("weights") == WEIGHTS[True]
+    packed = whole is not None
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng(args.seed))]  # as TVM's NDArrays
     want = wl.reference(*inputs)
     ours_out = [aligned_copy(np.full(o.shape, 7, o.dtype)) for o in wl.outputs]
