@@ -277,6 +277,17 @@ def _vstore(arr: np.ndarray, idx: tuple, value: Any, name: str) -> None:
     arr[idx] = value
 
 
+def _vfma(a: Any, b: Any, c: Any, t: type) -> Any:
+    """``fma(a, b, c)`` in float32: the product is exact in float64 and the sum is rounded to
+    float64, then to ``t``; that double rounding can differ from one rounding in the last bit,
+    in the rare sums that fall within float64's precision of a float32 halfway point (for a
+    float64 ``t`` the product is rounded too)."""
+    wide = np.float64(a) * np.float64(b) + np.float64(c) if np.ndim(a) == 0 else None
+    if wide is not None:
+        return t(wide)
+    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(t)
+
+
 def _verf(x: Any, t: type) -> Any:
     if isinstance(x, np.ndarray):
         return np.array([math.erf(float(v)) for v in x]).astype(x.dtype)
@@ -1272,6 +1283,8 @@ class _Compiler:
             return f"np.power({codes[0]}, {codes[1]})"
         if op == "fmod" and len(codes) == 2:
             return f"np.fmod({codes[0]}, {codes[1]})"
+        if op == "fma" and len(codes) == 3:
+            return f"_vfma({codes[0]}, {codes[1]}, {codes[2]}, {t})"
         return None
 
     def _to_float(self, code: str, dt: DataType) -> str:

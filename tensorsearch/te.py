@@ -47,6 +47,7 @@ from .ir import (
     IterVar,
     Max,
     Min,
+    Mul,
     Or,
     PrimExpr,
     PrimFunc,
@@ -80,6 +81,7 @@ __all__ = [
     "exp",
     "floordiv",
     "floormod",
+    "fma_sum",
     "if_then_else",
     "log",
     "max",
@@ -187,7 +189,7 @@ class Reduce(PrimExpr):
     Only valid as the whole body of a ``te.compute``.
     """
 
-    combiner: str  # "sum", "max" or "min"
+    combiner: str  # "sum", "max", "min" or "fma" (a sum of products, in order: :func:`fma_sum`)
     source: PrimExpr
     axis: tuple[ReduceAxis, ...]
     init: PrimExpr
@@ -197,7 +199,9 @@ class Reduce(PrimExpr):
         return self.source.dtype
 
     def combine(self, acc: PrimExpr, value: PrimExpr) -> PrimExpr:
-        if self.combiner == "sum":
+        if self.combiner == "fma" and isinstance(value, Mul):
+            return call("fma", value.a, value.b, acc)
+        if self.combiner in ("sum", "fma"):
             return acc + value
         if self.combiner == "max":
             return Max(acc, value)
@@ -238,6 +242,21 @@ def max_value(dtype: str | DataType) -> PrimExpr:
 sum = _reducer("sum", lambda dt: const(0, dt))
 max = _reducer("max", min_value)
 min = _reducer("min", max_value)
+
+
+def fma_sum(left: Any, right: Any, axis: ReduceAxis | Sequence[ReduceAxis]) -> Reduce:
+    """The sum of ``left * right`` over ``axis`` in a fixed order, a float dot product as a BLAS
+    kernel computes it: each step is one fused multiply-add, ``acc = fma(left, right, acc)``
+    (one rounding), from 0. The update is a call, not an ``+``, so the code generator does not
+    let LLVM reassociate it: a schedule that keeps the reduction loops serial and in order
+    (splits, tiles, a vectorized spatial loop) keeps the result bit for bit.
+
+        C[v_i, v_j] = T.call("fma", A[v_i, v_k], B[v_k, v_j], C[v_i, v_j])
+    """
+    r = sum(_expr(left) * _expr(right), axis)
+    if not isinstance(r.source, Mul) or not r.dtype.is_float:
+        raise TEError(f"te.fma_sum needs two float operands, got {r.source!r}")
+    return Reduce("fma", r.source, r.axis, r.init)
 
 
 def if_then_else(cond: Any, true_value: Any, false_value: Any) -> PrimExpr:

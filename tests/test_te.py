@@ -86,3 +86,42 @@ def test_errors_name_the_stage():
     C = te.compute((4,), lambda i: A[i, i] + B[i], name="C")
     with pytest.raises(TEError, match="placeholder B is read by stage C but is not among the arguments"):
         te.create_prim_func([A, C])
+
+
+def _fma_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``a @ b`` summed in order, each step one fused multiply-add (float64 holds a float32
+    product exactly; these sums never fall on a float32 halfway point)."""
+    c = np.zeros((a.shape[0], b.shape[1]), np.float32)
+    for k in range(a.shape[1]):
+        c = (np.outer(a[:, k].astype(np.float64), b[k]) + c).astype(np.float32)
+    return c
+
+
+def test_fma_sum_is_an_ordered_chain_of_fused_multiply_adds():
+    from tensorsearch import build, hardware
+    from tensorsearch.ir import Call, structural_equal
+    from tensorsearch.script import parse
+    from tensorsearch.search.model import default_schedule
+
+    a_t, b_t = te.placeholder((4, 300), name="A"), te.placeholder((300, 32), name="B")
+    k = te.reduce_axis((0, 300), name="k")
+    c_t = te.compute((4, 32), lambda i, j: te.fma_sum(a_t[i, k], b_t[k, j], axis=k), name="C")
+    func = te.create_prim_func([a_t, b_t, c_t])
+    block = func.body.block.body.body.body.body.block  # for i, j, k: block C
+    assert isinstance(block.body.value, Call) and block.body.value.op == "fma"
+    assert block.body.value.args[2].buffer is block.body.buffer  # C = fma(A, B, C)
+    assert "C[v_i, v_j] = T.fma(A[v_i, v_k], B[v_k, v_j], C[v_i, v_j])" in str(func)
+    assert structural_equal(parse(str(func)), func)
+    rng = np.random.default_rng(7)
+    a = rng.standard_normal((4, 300)).astype(np.float32)
+    b = rng.standard_normal((300, 32)).astype(np.float32)
+    want = _fma_chain(a, b)
+    assert (want != (a.astype(np.float64) @ b).astype(np.float32)).any()  # the order shows
+    np.testing.assert_array_equal(interpret(func, a, b, np.zeros((4, 32), np.float32))[-1], want)
+    hw = hardware.load("host")
+    scheduled = default_schedule(func, hw)  # tiled, k split in order, j vectorized
+    c = np.zeros((4, 32), np.float32)
+    build(scheduled, hw.with_fp_contract())(a, b, c)
+    np.testing.assert_array_equal(c, want)
+    with pytest.raises(TEError, match="two float operands"):
+        te.fma_sum(te.placeholder((4,), "int32", name="I")[k], 2, axis=k)

@@ -1188,6 +1188,8 @@ class _CodeGen:
             return b.fdiv(one, b.fadd(one, self._float_math("exp", [b.fneg(args[0])], t)))
         if op == "fmod" and len(args) == 2:
             return b.frem(args[0], args[1])
+        if op == "fma" and len(args) == 3:  # one rounding (te.fma_sum)
+            return self.call_intrinsic("llvm.fma", args)
         if op in _LIBM and len(args) == 1:
             et = t.element if isinstance(t, ir.VectorType) else t
             name = _LIBM[op] + ("f" if isinstance(et, ir.FloatType) else "")

@@ -537,6 +537,7 @@ MATH_FUNCTIONS = (
     "round",
     "erf",
     "pow",
+    "fma",  # fma(a, b, c) = a * b + c rounded once (te.fma_sum)
 )
 
 

@@ -284,6 +284,8 @@ def _count(e: PrimExpr, c: list[float], intr: _Intrin) -> None:
             intr.calls += 1
             intr.macs = max(intr.macs, macs)
             intr.width = max(intr.width, dt.lanes)
+        elif op == "fma":  # te.fma_sum's multiply-add
+            c[_F_MAD] += dt.lanes
         elif op in MATH_FUNCTIONS:
             c[_F_MATH if dt.is_float else _I_MATH] += dt.lanes
         else:
