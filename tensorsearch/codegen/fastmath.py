@@ -7,11 +7,15 @@ same polynomials in ``fmuladd``, ``floor``, compares and selects, one lane or a 
 (MLAS and Eigen, which onnxruntime and TVM's ``fast_exp``/``fast_erf`` follow, do the same)::
 
     exp(x) = 2^n * p(r),  n = round(x / ln 2),  r = x - n ln 2 (in two parts), |r| <= ln(2) / 2
-    erf(x) = x * P(x^2) / Q(x^2) on [-4, 4], +-1 outside (erf(4) rounds to 1 in float32)
+    erf(x) = x + x * S(x^2)                    for |x| <= 0.921875
+           = 1 - exp(-(a + a * B(a)))          for a = min(|x|, 3.925) above, sign of x
 
 ``exp`` is within 2 ulp of the exact value on normal results; above 88.72 it is ``inf``, below
 -103.97 zero (the 2^n scale is applied in two halves, so subnormal results come out graded,
-not flushed). ``erf`` is within 5e-7 of the exact value (absolute). Both pass NaN on.
+not flushed). ``erf`` is MLAS's ``MlasComputeErf`` operation for operation (its polynomials
+``S`` and ``B``, its own exp with a round-to-integer by adding 1.5 * 2^23, the same fused
+multiply-adds), so a GELU computes what onnxruntime's Erf computes, bit for bit where both use
+FMA; it is faithfully rounded (within 1 ulp). Both pass NaN on.
 """
 
 from __future__ import annotations
@@ -32,23 +36,19 @@ _EXP_POLY = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2,
 _EXP_MAX = 88.72283935546875  # above: inf
 _EXP_MIN = -103.97208404541016  # below: 0 (exp rounds to zero in float32)
 
-# the odd numerator and even denominator of the rational approximation of erf on [-4, 4] (in x^2)
-_ERF_P = (
-    -2.72614225801306e-10,
-    2.77068142495902e-08,
-    -2.10102402082508e-06,
-    -5.69250639462346e-05,
-    -7.34990630326855e-04,
-    -2.95459980854025e-03,
-    -1.60960333262415e-02,
-)
-_ERF_Q = (
-    -1.45660718464996e-05,
-    -2.13374055278905e-04,
-    -1.68282697438203e-03,
-    -7.37332916720468e-03,
-    -1.42647390514189e-02,
-)
+# MLAS's erf (onnxruntime/core/mlas/lib/erf.cpp, after a faithfully rounded erff): the split,
+# the polynomial of the small part (in x^2, its last coefficient less one) and of the large part
+# (in |x|), and the exp it evaluates 1 - erf with (log 2 split in two, a polynomial, the
+# constant 1.5 * 2^23 whose addition rounds to an integer)
+_ERF_UPPER = 3.925
+_ERF_SPLIT = 0.921875
+_ERF_SMALL = (-5.99104969e-4, 4.99339588e-3, -2.67667342e-2, 1.12818025e-1, -3.76124859e-1, 1.28379151e-1)
+_ERF_BIG = (1.72948930e-5, -3.83208680e-4, 3.88393435e-3, -2.42545605e-2, 1.06777847e-1, 6.34846687e-1, 1.28717512e-1)
+_ERF_EXP_LOWER = -88.3762626647949
+_ERF_EXP_LOG2_HI = -6.93145752e-1
+_ERF_EXP_LOG2_LO = -1.42860677e-6
+_ERF_EXP_POLY = (1.38319808e-3, 8.37550033e-3, 4.16689515e-2, 1.66664466e-1, 4.99999851e-1, 1.0, 1.0)
+_ROUNDING = 1.25829120e7  # 1.5 * 2^23
 
 Intrinsic = Callable[[str, list[ir.Value]], ir.Value]  # (llvm.name without type suffix, args) -> value
 
@@ -110,8 +110,20 @@ def exp_f32(b: ir.IRBuilder, call: Intrinsic, x: ir.Value) -> ir.Value:
 
 def erf_f32(b: ir.IRBuilder, call: Intrinsic, x: ir.Value) -> ir.Value:
     """erf(x) for float32 ``x`` (a value or a vector), see the module docstring."""
-    xc = _clamp(b, x, -4.0, 4.0)
-    x2 = b.fmul(xc, xc)
-    p = b.fmul(_horner(call, x2, _ERF_P), xc)
-    q = _horner(call, x2, _ERF_Q)
-    return b.fdiv(p, q)
+    t = x.type
+    zero = _const(t, 0.0)
+    a = call("llvm.fabs", [x])
+    upper = _const(t, _ERF_UPPER)
+    a = b.select(b.fcmp_ordered("<", upper, a), upper, a)  # minps(upper, a): NaN passes
+    small = call("llvm.fmuladd", [_horner(call, b.fmul(a, a), _ERF_SMALL), a, a])
+    big = b.fcmp_ordered(">", a, _const(t, _ERF_SPLIT))
+    a_big = b.select(big, a, zero)
+    e = b.fneg(call("llvm.fmuladd", [_horner(call, a_big, _ERF_BIG), a_big, a_big]))
+    lower = _const(t, _ERF_EXP_LOWER)
+    e = b.select(b.fcmp_ordered(">", lower, e), lower, e)  # maxps(lower, e)
+    rounding = _const(t, _ROUNDING)
+    n = b.fsub(call("llvm.fmuladd", [_const(t, _LOG2E), e, rounding]), rounding)
+    f = call("llvm.fmuladd", [n, _const(t, _ERF_EXP_LOG2_HI), e])
+    f = call("llvm.fmuladd", [n, _const(t, _ERF_EXP_LOG2_LO), f])
+    y = b.fsub(_const(t, 1.0), b.fmul(_horner(call, f, _ERF_EXP_POLY), _pow2(b, n)))
+    return call("llvm.copysign", [b.select(big, y, small), x])
