@@ -26,7 +26,12 @@ from ..transform import mark_layout_free
 from .ir import Graph, GraphError, Node, Value
 from .registry import Operand, lowering_of
 
-__all__ = ["LoweredGroup", "lower_nodes", "stage_name"]
+__all__ = ["ORT_ORDER", "LoweredGroup", "lower_nodes", "stage_name"]
+
+# node attribute: compute this float op in onnxruntime's CPU kernel's order of operations, bit
+# for bit (MatMul, LayerNormalization; set by quant.fold_qdq on the float ones between the
+# integer ops)
+ORT_ORDER = "ort_order"
 
 _names: contextvars.ContextVar[dict[str, int] | None] = contextvars.ContextVar("stage_names", default=None)
 

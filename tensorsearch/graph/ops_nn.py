@@ -34,7 +34,7 @@ from .. import te
 from ..ir import PrimExpr, max_, min_
 from ..workloads import definitions
 from .ir import GraphError, Node, Value
-from .lowering import stage_name
+from .lowering import ORT_ORDER, stage_name
 from .registry import Operand, OpKind, lowers
 
 __all__ = ["LAYOUTS"]
@@ -498,16 +498,87 @@ def matmul(node: Node, args: list[Operand | None], outs: list[Value]) -> list[te
     out_shape = outs[0].shape
     batch = out_shape[: len(out_shape) - (len(sa) > 1) - (len(sb) > 1)]
 
-    def body(*idx: PrimExpr) -> PrimExpr:
+    def operands(idx: Sequence[PrimExpr], kk: PrimExpr) -> tuple[PrimExpr, PrimExpr]:
         pos = list(idx) if out_shape else []
         j = pos.pop() if len(sb) > 1 else None
         i = pos.pop() if len(sa) > 1 else None
-        left = at[(*_broadcast_index(sa[:-2], batch, pos), i, k)] if i is not None else at[k]
-        right = bt[(*_broadcast_index(sb[:-2], batch, pos), k, j)] if j is not None else bt[k]
-        return te.sum(_mul(left, right, dtype), axis=[k])
+        left = at[(*_broadcast_index(sa[:-2], batch, pos), i, kk)] if i is not None else at[kk]
+        right = bt[(*_broadcast_index(sb[:-2], batch, pos), kk, j)] if j is not None else bt[kk]
+        return left, right
 
     name = "batch_matmul" if len(sb) > 2 else "matmul"
+    if node.attr(ORT_ORDER, 0) and dtype == "float32" and len(sa) > 1 and len(sb) > 1:
+        return [_mlas_order_matmul(operands, out_shape, sa[-1], sb[-1], name)]
+
+    def body(*idx: PrimExpr) -> PrimExpr:
+        return te.sum(_mul(*operands(idx, k), dtype), axis=[k])
+
     return [te.compute(out_shape or (1,), body, name=stage_name(name))]
+
+
+def mlas_stride_k(n: int, k: int) -> int:
+    """The K-block of MLAS's SGEMM for a product with ``n`` columns and ``k`` terms
+    (``MlasSgemmOperation``): 128, halved while half of it still covers ``k`` when ``n >= k``,
+    doubled while the N-block (128, halved in step) can halve and still cover ``n`` otherwise."""
+    stride_n, stride_k = 128, 128
+    if n >= k:
+        while stride_k // 2 >= k:
+            stride_n, stride_k = stride_n * 2, stride_k // 2
+    else:
+        while stride_n > 16 and stride_n // 2 >= n:
+            stride_n, stride_k = stride_n // 2, stride_k * 2
+    return stride_k
+
+
+def _mlas_order_matmul(
+    operands: Callable[[Sequence[PrimExpr], PrimExpr], tuple[PrimExpr, PrimExpr]],
+    out_shape: Sequence[int],
+    k_extent: int,
+    n_extent: int,
+    name: str,
+) -> te.Tensor:
+    """A float32 matmul summed as onnxruntime's CPU MatMul (MLAS SGEMM) sums it, bit for bit:
+    the ``k`` terms in blocks of :func:`mlas_stride_k`, each block an ordered chain of fused
+    multiply-adds from 0 (:func:`te.fma_sum`), the block sums added to the output in order::
+
+        P[b, i, j] = fma-chain over k in block b        (b < K // S, full blocks)
+        T[i, j]    = fma-chain over the last K % S      (when there is a rest)
+        C[i, j]    = ((P[0, i, j] + P[1, i, j]) + ...) + T[i, j]
+
+    MLAS picks the block from the columns one thread computes; this takes the whole ``N``,
+    which gives the same block unless a thread's share falls below 64 columns. (A one-row
+    product, which MLAS computes with another kernel, is not reproduced.)"""
+    stride = mlas_stride_k(n_extent, k_extent)
+    full, rest = divmod(k_extent, stride)
+    parts: list[Callable[[tuple[PrimExpr, ...]], PrimExpr]] = []
+    if full:
+        ki = te.reduce_axis((0, stride), name="k")
+        if full == 1 and not rest:
+            return te.compute(out_shape, lambda *idx: te.fma_sum(*operands(idx, ki), axis=[ki]), name=stage_name(name))
+        blocks = te.compute(
+            (full, *out_shape),
+            lambda b, *idx: te.fma_sum(*operands(idx, b * stride + ki), axis=[ki]),
+            name=stage_name(f"{name}_blocks"),
+        )
+        parts += [lambda idx, b=b: blocks[(b, *idx)] for b in range(full)]
+    if rest:
+        kr = te.reduce_axis((0, rest), name="k")
+        tail = te.compute(
+            out_shape,
+            lambda *idx: te.fma_sum(*operands(idx, full * stride + kr), axis=[kr]),
+            name=stage_name(f"{name}_rest"),
+        )
+        if not full:
+            return tail
+        parts.append(lambda idx: tail[idx])
+
+    def total(*idx: PrimExpr) -> PrimExpr:
+        value = parts[0](idx)
+        for part in parts[1:]:
+            value = value + part(idx)
+        return value
+
+    return te.compute(out_shape, total, name=stage_name(name))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -57,7 +57,7 @@ from ..ir import (
     const,
 )
 from .ir import GraphError, Node, Value
-from .lowering import stage_name
+from .lowering import ORT_ORDER, stage_name
 from .registry import Operand, OpKind, lowers
 
 __all__: list[str] = []
@@ -690,6 +690,9 @@ def _layer_norm(node: Node, args: list[Operand | None], outs: list[Value]) -> li
     def xv(i: Sequence[PrimExpr]) -> PrimExpr:
         return te.cast(_read(x, i), ct)
 
+    if node.attr(ORT_ORDER, 0) and x.dtype == "float32" and axes == [rank - 1] and len(outs) == 1:
+        if x.shape[-1] % _MLAS_LANES == 0:
+            return [_mlas_layer_norm(x, scale, bias, eps, outs[0])]
     total = _reduce_stage(x.shape, axes, False, xv, te.sum, "layer_norm_sum")
 
     def centered(i: Sequence[PrimExpr]) -> PrimExpr:
@@ -716,6 +719,55 @@ def _layer_norm(node: Node, args: list[Operand | None], outs: list[Value]) -> li
     for v, (base, fn) in zip(outs[1:], extra):
         made.append(None if v is None else _compute(v, lambda i, fn=fn, v=v: te.cast(fn(i), v.dtype), base))
     return made
+
+
+_MLAS_LANES = 8  # the lanes of MLAS's AVX2 LayerNorm kernel
+
+
+def _mlas_layer_norm(x: Operand, scale: Operand | None, bias: Operand | None, eps: PrimExpr, out: Value) -> te.Tensor:
+    """LayerNormalization over the last axis as onnxruntime's CPU kernel on x86 (MLAS's AVX2
+    kernel, rows of a multiple of 8) computes it in float32, bit for bit::
+
+        mean  = float32(sum of the row in float64 / n)
+        s[l]  = chain of fused multiply-adds of (x[8 j + l] - mean)^2 over j, for lanes l < 8
+        var   = (((s0 + s4) + (s2 + s6)) + ((s1 + s5) + (s3 + s7))) / n
+        y     = fma((x - mean) * (1 / sqrt(var + epsilon)), scale, bias)
+    """
+    lead, n = tuple(x.shape[:-1]), x.shape[-1]
+    k = te.reduce_axis((0, n), name="k")
+    total = te.compute(
+        lead or (1,),
+        lambda *r: te.sum(te.cast(_read(x, (*r[: len(lead)], k)), "float64"), axis=k),
+        name=stage_name("layer_norm_sum"),
+    )
+    mean = te.compute(
+        lead or (1,), lambda *r: te.cast(total[r] / _imm(n, "float64"), "float32"), name=stage_name("layer_norm_mean")
+    )
+
+    def centered(r: Index, h: PrimExpr) -> PrimExpr:
+        return _read(x, (*r, h)) - mean[r or (0,)]
+
+    j = te.reduce_axis((0, n // _MLAS_LANES), name="j")
+    lanes = te.compute(
+        (*lead, _MLAS_LANES),
+        lambda *rl: te.fma_sum(*[centered(rl[:-1], j * _MLAS_LANES + rl[-1])] * 2, axis=j),
+        name=stage_name("layer_norm_lanes"),
+    )
+
+    def inv(r: Index) -> PrimExpr:
+        s = [lanes[(*r, lane)] for lane in range(_MLAS_LANES)]
+        var = (((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]))) / _imm(n, "float32")
+        return _imm(1, "float32") / te.sqrt(var + eps)
+
+    inv_std = te.compute(lead or (1,), lambda *r: inv(r[: len(lead)]), name=stage_name("layer_norm_inv_std"))
+
+    def y(i: Index) -> PrimExpr:
+        r = i[:-1]
+        v = centered(r, i[-1]) * inv_std[r or (0,)]
+        g = _broadcast(scale, i) if scale is not None else _imm(1, "float32")
+        return call("fma", v, g, _broadcast(bias, i)) if bias is not None else v * g
+
+    return _compute(out, y, "layer_norm")
 
 
 def _same(x: PrimExpr, *count: int) -> PrimExpr:

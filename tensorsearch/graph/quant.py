@@ -37,7 +37,9 @@ rounding); requantize is ``saturate(round_half_even(float(acc + bias) * s) + y_z
 float32 scale ``s = x_scale * w_scale / y_scale`` evaluated left to right; dequantize is
 ``float(int32(q) - zp) * scale``. QLinearAdd follows MLAS's AVX2 kernel (two fused
 multiply-adds, emulated exactly in float64), QLinearMul its SSE2 kernel (no FMA), the pool and
-the softmax their kernels. Float products that a consumer could contract into an FMA (the
+the softmax their kernels; between the integer ops a float MatMul sums in MLAS's SGEMM order
+and a LayerNormalization follows MLAS's AVX2 kernel (``ORT_ORDER``), and erf is MLAS's
+(codegen.fastmath). Float products that a consumer could contract into an FMA (the
 tuner's builds contract ``a * b + c``) are computed in float64 and rounded once, which an FMA
 cannot fuse. One place where onnxruntime is not exact integer arithmetic: on x86 CPUs without
 VNNI its u8 x s8 kernels (``vpmaddubsw``) saturate a pair of products at int16, which an exact
@@ -57,7 +59,7 @@ import numpy as np
 from .. import te
 from ..ir import IntImm, Max, Min, PrimExpr, call, const
 from .ir import Graph, GraphError, Node, Value
-from .lowering import stage_name
+from .lowering import ORT_ORDER, stage_name
 from .registry import Operand, OpKind, lowers
 
 __all__ = ["DROP_QDQ_OPS", "SHIFT_TO_UINT8", "ZP_FOLDED", "fold_qdq", "softmax_table"]
@@ -716,7 +718,8 @@ def qlinear_softmax(node: Node, args: list[Operand | None], outs: list[Value]) -
     def exp_of(row: Sequence[PrimExpr], k: PrimExpr) -> PrimExpr:
         return table.tensor[te.cast(x.tensor[at(row, k)], _I32) + (255 - x_max[row])]
 
-    total = te.compute(rows, lambda *r: te.sum(exp_of(r, r_sum), axis=r_sum), name=stage_name("softmax_sum"))
+    one = const(1.0, _F32)  # fma(t, 1, acc) = acc + t rounded once: the sum in the axis' order
+    total = te.compute(rows, lambda *r: te.fma_sum(exp_of(r, r_sum), one, axis=r_sum), name=stage_name("softmax_sum"))
 
     def body(*o: PrimExpr) -> PrimExpr:
         row = o[:-1] if rank > 1 else (0,)
@@ -729,9 +732,12 @@ def qlinear_softmax(node: Node, args: list[Operand | None], outs: list[Value]) -
 def softmax_table(x_scale: float, extent: int) -> np.ndarray:
     """onnxruntime's QLinearSoftmax table for a softmax over ``extent`` values:
     ``float32(exp((k - 255 + shift) * x_scale))``, in double with the C library's ``exp``, where
-    ``shift = max(0, log(FLT_MAX / extent) - 5) / x_scale`` keeps the sums finite."""
+    ``shift = max(0, log(FLT_MAX / extent) - 5) / x_scale`` keeps the sums finite; that ``log``
+    is taken in float32 (its argument is a float, so C++ picks ``logf``), which moves every entry
+    by the same factor and so each one's rounding."""
     largest = np.float32(np.finfo(np.float32).max / np.float32(extent))
-    shift = max(0.0, math.log(float(largest)) - 5) / float(np.float32(x_scale))
+    log_largest = float(np.float32(math.log(float(largest))))  # logf: correctly rounded here
+    shift = max(0.0, log_largest - 5) / float(np.float32(x_scale))
     return np.array([math.exp((k - 255 + shift) * float(np.float32(x_scale))) for k in range(256)]).astype(np.float32)
 
 
@@ -764,10 +770,17 @@ def fold_qdq(graph: Graph, *, uint8_activations: bool = True, fold_constants: bo
 
     What does not match stays as it is: a DequantizeLinear feeding float ops (LayerNorm, GELU's
     Div and Erf), an op whose output has consumers besides its QuantizeLinear, non-constant or
-    per-channel activation parameters, a bias whose scale is not ``x_scale * w_scale``.
+    per-channel activation parameters, a bias whose scale is not ``x_scale * w_scale``, and, with
+    ``uint8_activations`` (x86), an op other than a convolution reading an int8 activation that
+    onnxruntime keeps int8 (:func:`_kept_int8`: BERT's LayerNorm outputs, read by the query, key
+    and value projections and the residual add): onnxruntime runs those in float. A MatMul left in
+    float between dequantized operands is marked ``ORT_ORDER`` and sums as MLAS's SGEMM does, a
+    LayerNormalization of a dequantized input computes as MLAS's AVX2 kernel does.
     """
+    kept = _kept_int8(graph) if uint8_activations else frozenset()
     g = _rewrite(graph, _match_drop)
-    g = _rewrite(g, _match_integer_op)
+    g = _rewrite(g, functools.partial(_match_integer_op, kept=kept))
+    g = _mark_float_ops(g)
     if uint8_activations:
         g = _to_uint8(g)
     g = _fold_zero_points(g)
@@ -835,6 +848,21 @@ def _rewrite(graph: Graph, match: _Matcher) -> Graph:
         rewrites[id(n)].node if id(n) in rewrites else n for n in graph.nodes if id(n) not in taken or id(n) in rewrites
     ]
     return names.apply(graph, nodes)
+
+
+def _mark_float_ops(graph: Graph) -> Graph:
+    """The MatMuls of two dequantized operands and the LayerNormalizations of a dequantized input,
+    which stay in float, get ``attrs[ORT_ORDER]``: they compute in onnxruntime's order (see their
+    lowerings), so that the QuantizeLinear after them rounds the same float."""
+
+    def marked(n: Node) -> bool:
+        if n.op == "MatMul":
+            return all(_producer(graph, v, "DequantizeLinear") for v in n.inputs[:2])
+        return n.op == "LayerNormalization" and _producer(graph, n.inputs[0], "DequantizeLinear") is not None
+
+    if not any(marked(n) for n in graph.nodes):
+        return graph
+    return graph.replace(nodes=[n.with_(attrs={ORT_ORDER: 1}) if marked(n) else n for n in graph.nodes])
 
 
 def _const(graph: Graph, name: str) -> np.ndarray | None:
@@ -925,11 +953,36 @@ def _quantized_output(graph: Graph, value: str) -> tuple[Node, tuple[Node, ...]]
     return user, between
 
 
-def _activation(graph: Graph, value: str) -> tuple[Node, _QParams] | None:
-    """The per-tensor DequantizeLinear of an int8/uint8 activation that makes ``value``."""
+def _kept_int8(graph: Graph) -> frozenset[str]:
+    """The int8 QuantizeLinear outputs that onnxruntime's x86 CPU fusion leaves int8: its s8 -> u8
+    conversion takes a Q -> DQ pair only when the Q has one consumer edge and makes no graph
+    output, and it counts an edge for every node that reads a shared DequantizeLinear (it gives
+    each reader its own DQ first). An op reading such an int8 activation is not fused there (int8
+    activations are fused on ARM only): it runs in float, between its DQ and Q nodes."""
+    kept = set()
+    for q in graph.nodes:
+        out = q.outputs[0] if q.op == "QuantizeLinear" else ""
+        if not out or graph.values[out].dtype != "int8":
+            continue
+        edges = sum(
+            max(1, len(graph.consumers(c.outputs[0])) + graph.is_output(c.outputs[0]))
+            if c.op == "DequantizeLinear"
+            else 1
+            for c in graph.consumers(out)
+        )
+        if edges != 1 or graph.is_output(out):
+            kept.add(out)
+    return frozenset(kept)
+
+
+def _activation(graph: Graph, value: str, kept: frozenset[str] = frozenset()) -> tuple[Node, _QParams] | None:
+    """The per-tensor DequantizeLinear of an int8/uint8 activation that makes ``value``; None
+    also when the activation is one of ``kept`` (:func:`_kept_int8`)."""
     dq = _producer(graph, value, "DequantizeLinear")
     params = _qparams(graph, dq) if dq is not None else None
     if params is None or not params.per_tensor or str(params.zero_value.dtype) not in _RANGE:
+        return None
+    if dq.inputs[0] in kept:
         return None
     return dq, params
 
@@ -964,12 +1017,14 @@ def _folded_bias(graph: Graph, value: str, x: _QParams, w: _QParams, channels: i
     return dq.inputs[0], np.broadcast_to(data.reshape(-1), (channels,)).astype(np.int32)
 
 
-def _match_integer_op(graph: Graph, node: Node, names: _Names) -> _Rewrite | None:
+def _match_integer_op(graph: Graph, node: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
     match = _MATCHERS.get(node.op)
-    return match(graph, node, names) if match is not None else None
+    return match(graph, node, names, kept) if match is not None else None
 
 
-def _match_conv(graph: Graph, conv: Node, names: _Names) -> _Rewrite | None:
+def _match_conv(graph: Graph, conv: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
+    # ``kept`` is not asked: onnxruntime runs a convolution of a kept int8 activation in float (its
+    # NCHWc kernels), in an order not reproduced here, so the exact integer form stays
     x = _activation(graph, conv.inputs[0])
     w = _weight(graph, conv.inputs[1], 0) if len(conv.inputs) > 1 else None
     out = _quantized_output(graph, conv.outputs[0])
@@ -989,10 +1044,10 @@ def _match_conv(graph: Graph, conv: Node, names: _Names) -> _Rewrite | None:
     return _Rewrite(q, node, (conv, *between))
 
 
-def _match_matmul(graph: Graph, mm: Node, names: _Names) -> _Rewrite | None:
-    a = _activation(graph, mm.inputs[0])
+def _match_matmul(graph: Graph, mm: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
+    a = _activation(graph, mm.inputs[0], kept)
     b_rank = len(graph.values[mm.inputs[1]].shape)
-    b = _weight(graph, mm.inputs[1], -1) or _activation(graph, mm.inputs[1])
+    b = _weight(graph, mm.inputs[1], -1) or _activation(graph, mm.inputs[1], kept)
     out = _quantized_output(graph, mm.outputs[0])
     if a is None or b is None or out is None or (b_rank < 2 and not b[1].per_tensor):
         return None
@@ -1004,13 +1059,13 @@ def _match_matmul(graph: Graph, mm: Node, names: _Names) -> _Rewrite | None:
     return _Rewrite(q, node, (mm, *between))
 
 
-def _match_gemm(graph: Graph, gemm: Node, names: _Names) -> _Rewrite | None:
+def _match_gemm(graph: Graph, gemm: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
     """``Gemm`` (alpha 1, A not transposed, B a constant weight) as ``QLinearMatMul`` of the
     [K, N] weight plus the int32 bias: onnxruntime's QGemm computes the same."""
     if float(gemm.attr("alpha", 1.0)) != 1.0 or int(gemm.attr("transA", 0)):
         return None
     trans_b = int(gemm.attr("transB", 0))
-    a = _activation(graph, gemm.inputs[0])
+    a = _activation(graph, gemm.inputs[0], kept)
     b = _weight(graph, gemm.inputs[1], 0 if trans_b else 1)
     out = _quantized_output(graph, gemm.outputs[0])
     has_c = len(gemm.inputs) > 2 and bool(gemm.inputs[2])
@@ -1032,15 +1087,15 @@ def _match_gemm(graph: Graph, gemm: Node, names: _Names) -> _Rewrite | None:
     return _Rewrite(q, node, (gemm, *between))
 
 
-def _match_binary(graph: Graph, op: Node, names: _Names) -> _Rewrite | None:
+def _match_binary(graph: Graph, op: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
     """``DQ(a) + DQ(b) -> Q`` (or ``*``) as onnxruntime's x86 QDQ fusion computes it:
     QLinearAdd/QLinearMul in uint8 (int8 shifted by 128), except that an int8 constant input (a
     bias) stays int8 there, which these cannot mix with uint8: onnxruntime computes in float then,
     and so does the graph left as it is."""
-    a = _activation(graph, op.inputs[0])
-    b = _activation(graph, op.inputs[1])
+    a = _activation(graph, op.inputs[0], kept)
+    b = _activation(graph, op.inputs[1], kept)
     out = _quantized_output(graph, op.outputs[0])
-    if a is None or b is None or out is None:
+    if a is None or b is None or out is None or out[0].outputs[0] in kept:
         return None
     (a_dq, ap), (b_dq, bp), (q, between) = a, b, out
     yp = _qparams(graph, q)
@@ -1055,16 +1110,16 @@ def _match_binary(graph: Graph, op: Node, names: _Names) -> _Rewrite | None:
     return _Rewrite(q, node, (op, *between))
 
 
-def _match_softmax(graph: Graph, softmax: Node, names: _Names) -> _Rewrite | None:
+def _match_softmax(graph: Graph, softmax: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
     """``DQ(x) -> Softmax (last axis) -> Q`` as onnxruntime's lookup-table QLinearSoftmax."""
-    x = _activation(graph, softmax.inputs[0])
+    x = _activation(graph, softmax.inputs[0], kept)
     out = _quantized_output(graph, softmax.outputs[0])
     shape = graph.values[softmax.inputs[0]].shape
     axis = int(softmax.attr("axis", -1 if softmax.opset >= 13 else 1))
     if x is None or out is None or (axis + len(shape) if axis < 0 else axis) != len(shape) - 1:
         return None
     (x_dq, xp), (q, between) = x, out
-    if graph.values[x_dq.inputs[0]].dtype != graph.values[q.outputs[0]].dtype:
+    if graph.values[x_dq.inputs[0]].dtype != graph.values[q.outputs[0]].dtype or q.outputs[0] in kept:
         return None
     yp = _qparams(graph, q)
     table = names.add(f"{softmax.name}/exp_table", softmax_table(float(xp.scale_value.reshape(-1)[0]), shape[-1]))
@@ -1074,10 +1129,15 @@ def _match_softmax(graph: Graph, softmax: Node, names: _Names) -> _Rewrite | Non
     return _Rewrite(q, node, (softmax, *between))
 
 
-def _match_global_average_pool(graph: Graph, pool: Node, names: _Names) -> _Rewrite | None:
-    x = _activation(graph, pool.inputs[0])
+def _match_global_average_pool(graph: Graph, pool: Node, names: _Names, kept: frozenset[str]) -> _Rewrite | None:
+    x = _activation(graph, pool.inputs[0], kept)
     out = _quantized_output(graph, pool.outputs[0])
-    if x is None or out is None or graph.values[x[0].inputs[0]].dtype != graph.values[out[0].outputs[0]].dtype:
+    if (
+        x is None
+        or out is None
+        or out[0].outputs[0] in kept
+        or graph.values[x[0].inputs[0]].dtype != graph.values[out[0].outputs[0]].dtype
+    ):
         return None
     (x_dq, xp), (q, between) = x, out
     yp = _qparams(graph, q)
@@ -1087,7 +1147,7 @@ def _match_global_average_pool(graph: Graph, pool: Node, names: _Names) -> _Rewr
     return _Rewrite(q, node, (pool, *between))
 
 
-_MATCHERS: dict[str, _Matcher] = {
+_MATCHERS: dict[str, Callable[[Graph, Node, _Names, frozenset[str]], _Rewrite | None]] = {
     "Conv": _match_conv,
     "MatMul": _match_matmul,
     "Gemm": _match_gemm,
