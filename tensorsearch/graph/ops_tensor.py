@@ -748,11 +748,12 @@ def _mlas_layer_norm(x: Operand, scale: Operand | None, bias: Operand | None, ep
         return _read(x, (*r, h)) - mean[r or (0,)]
 
     j = te.reduce_axis((0, n // _MLAS_LANES), name="j")
-    lanes = te.compute(
-        (*lead, _MLAS_LANES),
-        lambda *rl: te.fma_sum(*[centered(rl[:-1], j * _MLAS_LANES + rl[-1])] * 2, axis=j),
-        name=stage_name("layer_norm_lanes"),
-    )
+
+    def lane_squares(*rl: PrimExpr) -> te.Reduce:
+        d = centered(rl[:-1], j * _MLAS_LANES + rl[-1])
+        return te.fma_sum(d, d, axis=j)
+
+    lanes = te.compute((*lead, _MLAS_LANES), lane_squares, name=stage_name("layer_norm_lanes"))
 
     def inv(r: Index) -> PrimExpr:
         s = [lanes[(*r, lane)] for lane in range(_MLAS_LANES)]
