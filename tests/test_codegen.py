@@ -448,6 +448,8 @@ def test_float32_exp_and_erf_are_inline_polynomials_within_a_few_ulp():
     erf_model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     onnx.checker.check_model(erf_model)
     ort_erf = ort.InferenceSession(erf_model.SerializeToString(), providers=["CPUExecutionProvider"])
+    host = tensorsearch.target.native()
+    mlas_fma3 = host.has_feature("+avx2") and host.has_feature("+fma")
 
     src = """
 @T.prim_func
@@ -475,7 +477,8 @@ def f(A: T.Buffer((4096,), "float32"), E: T.Buffer((4096,), "float32"), R: T.Buf
         ulps = np.abs(e[normal] - exact[normal]) / np.spacing(exact[normal].astype(np.float32))
         assert ulps.max() <= 2, ulps.max()
         np.testing.assert_allclose(r, np.vectorize(math.erf)(a.astype(np.float64)), rtol=0, atol=1e-7)
-        np.testing.assert_array_equal(r, ort_erf.run(None, {"x": a})[0])
+        if mlas_fma3:  # onnxruntime's FMA3 erf kernel; other CPUs round its steps apart
+            np.testing.assert_array_equal(r, ort_erf.run(None, {"x": a})[0])
         np.testing.assert_array_equal(e[:7], [1.0, 1.0, np.inf, 0.0, np.nan, np.inf, 0.0])
         np.testing.assert_array_equal(r[:5], [0.0, -0.0, 1.0, -1.0, np.nan])
         assert np.signbit(r[1]) and 0 < e[9] < np.finfo(np.float32).tiny  # exp(-100) subnormal, not flushed

@@ -27,6 +27,7 @@ from tensorsearch.graph.quant import SHIFT_TO_UINT8, ZP_FOLDED, fold_qdq
 from tensorsearch.runtime import build
 from tensorsearch.search.model import compile_model
 from tensorsearch.target.hardware import load as load_hardware
+from tensorsearch.target.hardware import native
 
 F32 = np.float32
 _RANGE = {"int8": (-128, 127), "uint8": (0, 255)}
@@ -341,6 +342,14 @@ def test_fold_matmul_of_two_activations():
     _check(m, graph_pass=fold_qdq)
 
 
+# the float kernels of onnxruntime that its int8 graphs' float ops are matched to: MLAS's SGEMM
+# with FMA, its AVX2 LayerNorm, its FMA3 erf (other CPUs run other kernels)
+needs_mlas_avx2 = pytest.mark.skipif(
+    not (native().has_feature("+avx2") and native().has_feature("+fma")),
+    reason="onnxruntime runs the MLAS kernels matched here on x86-64 with AVX2 and FMA only",
+)
+
+
 def _shared_activation_matmul(k: int, n: int, seed: int = 0) -> onnx.ModelProto:
     """``x`` quantized to int8 and read through one DequantizeLinear by a MatMul and by a Relu:
     two consumer edges, so onnxruntime's x86 fusion leaves the int8 Q -> DQ pair as it is and,
@@ -368,6 +377,7 @@ def _shared_activation_matmul(k: int, n: int, seed: int = 0) -> onnx.ModelProto:
     return model(nodes, {"x": ("float32", (2, 8, k))}, ["mm", "y", "r"], inits)
 
 
+@needs_mlas_avx2
 @pytest.mark.parametrize("k, n", [(300, 256), (768, 192), (48, 64)])
 def test_matmul_of_a_shared_int8_activation_runs_in_float_as_onnxruntime_sums(k, n):
     """The float MatMul is onnxruntime's bit for bit: the K terms in MLAS's blocks (300 by 256
@@ -385,6 +395,7 @@ def test_matmul_of_a_shared_int8_activation_runs_in_float_as_onnxruntime_sums(k,
                 np.testing.assert_array_equal(v, w)
 
 
+@needs_mlas_avx2
 @pytest.mark.parametrize("bias", [True, False])
 def test_layer_norm_of_a_dequantized_input_is_onnxruntimes(bias):
     """Between the integer ops a LayerNormalization computes as onnxruntime's x86 kernel (MLAS's
