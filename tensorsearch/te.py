@@ -251,7 +251,7 @@ def fma_sum(left: Any, right: Any, axis: ReduceAxis | Sequence[ReduceAxis]) -> R
     let LLVM reassociate it: a schedule that keeps the reduction loops serial and in order
     (splits, tiles, a vectorized spatial loop) keeps the result bit for bit.
 
-        C[v_i, v_j] = T.call("fma", A[v_i, v_k], B[v_k, v_j], C[v_i, v_j])
+        C[v_i, v_j] = T.fma(A[v_i, v_k], B[v_k, v_j], C[v_i, v_j])
     """
     r = sum(_expr(left) * _expr(right), axis)
     if not isinstance(r.source, Mul) or not r.dtype.is_float:
