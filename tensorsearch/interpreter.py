@@ -282,10 +282,8 @@ def _vfma(a: Any, b: Any, c: Any, t: type) -> Any:
     float64, then to ``t``; that double rounding can differ from one rounding in the last bit,
     in the rare sums that fall within float64's precision of a float32 halfway point (for a
     float64 ``t`` the product is rounded too)."""
-    wide = np.float64(a) * np.float64(b) + np.float64(c) if np.ndim(a) == 0 else None
-    if wide is not None:
-        return t(wide)
-    return (np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)).astype(t)
+    wide = np.asarray(a, np.float64) * np.asarray(b, np.float64) + np.asarray(c, np.float64)
+    return t(wide) if wide.ndim == 0 else wide.astype(t)
 
 
 def _verf(x: Any, t: type) -> Any:
