@@ -98,7 +98,7 @@ def schedule_vnni_gemm(func, vnni, mi: int = MI, nj: int = NJ, pack: str = "bloc
     tile = sch.blockize(j_i)
     sch.unroll(i_i)
     sch.unroll(j_m)
-    sch.tensorize(tile, vnni.name)
+    sch.tensorize(tile, vnni)
     pk, pj = sch.get_loops(pack_block)[-2:]
     if pack == "blocked":
         k0, k1 = sch.split(pk, [None, 4])
@@ -117,7 +117,7 @@ def schedule_vnni_gemm(func, vnni, mi: int = MI, nj: int = NJ, pack: str = "bloc
 def unscheduled(func, vnni) -> Schedule:
     sch = Schedule(func)
     block = tile_with_intrin(sch, sch.get_block("Z"), vnni)
-    sch.tensorize(block, vnni.name)
+    sch.tensorize(block, vnni)
     return sch
 
 
