@@ -217,9 +217,8 @@ def tune_one(
     # correctness on fresh random inputs, then same-run timing against the reference
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng())]
     outs = [aligned_empty(o.shape, o.dtype) for o in wl.outputs]
-    mod, call = (
-        timed_program(result.trace, target, hw, [*inputs, *outs]) if ahead else (result.module, [*inputs, *outs])
-    )
+    # as the tuner timed it: with --weights-ahead the main part, its weights packed once by the prepack
+    mod, call = result.program.main, result.program.main_args([*inputs, *outs])
     mod.num_threads = args.threads
     mod(*call)
     wl.check(outs, wl.reference(*inputs))
@@ -254,18 +253,6 @@ def tune_one(
     best = statistics.median(ours)
     row.update(threads=args.threads, ours=round(best, 2), ours_ms=round(wl.flops / best / 1e6, 4))
     return row
-
-
-def timed_program(trace, func, hw, arrays: list[np.ndarray]):
-    """With ``--weights-ahead``: the tuned schedule's main part, and its arguments, the weights
-    among ``arrays`` packed once by the prepack (the whole function when nothing re-lays them)."""
-    from tensorsearch.graph.executor import TaskProgram
-    from tensorsearch.schedule import Schedule
-
-    sch = Schedule(func, check=False, hardware=hw)
-    trace.apply(sch)
-    program = TaskProgram.build(sch.func, [1], hw.with_fp_contract())
-    return program.main, program.main_args(arrays)
 
 
 def time_ours(wl, mod, call, args, ours: list[float], ours_best: list[float]) -> None:

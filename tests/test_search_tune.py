@@ -21,13 +21,14 @@ from cuda_util import gpu_missing, needs_nvcc
 from proc_util import kill_when, lines
 
 import tensorsearch as ts
-from tensorsearch import hardware, workloads
+from tensorsearch import hardware, te, workloads
 from tensorsearch.ir import structural_equal
 from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.parallel import LocalEvaluator
 from tensorsearch.search.tuner import FINALISTS
+from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
 SMALL = SearchConfig(population_size=16, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=4)
@@ -127,6 +128,37 @@ def test_tune_a_bare_primfunc(tmp_path):
     y = np.full(64, np.nan, "float32")
     result.module(a, x, y)
     np.testing.assert_allclose(y, a @ x, rtol=1e-5, atol=1e-5)
+
+
+def stages(func) -> set[str]:
+    """The names of ``func``'s blocks, less their scheduling suffixes (``P_init`` -> ``P``)."""
+    from tensorsearch.ir import Block
+    from tensorsearch.schedule.tree import walk_stmts
+
+    return {loc.node.name.split("_")[0] for loc in walk_stmts(func.body) if isinstance(loc.node, Block)}
+
+
+def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed(tmp_path):
+    """W is a constant (a model's weight) and P, a stage of W alone: the tuner times Z's
+    part on P computed once, ahead, and ``result.program`` is that part (``main_args`` runs the
+    prepack); ``result.module`` stays the whole function, callable on the plain arrays."""
+    x = te.placeholder((32, 64), "float32", name="X")
+    w = te.placeholder((64, 48), "float32", name="W")
+    r = te.reduce_axis((0, 2), name="r")  # a reduction, so that no schedule inlines P into Z
+    p = te.compute((64, 48), lambda k, j: te.sum(w[k, te.floormod(j + r, 48)], axis=r), name="P")
+    k = te.reduce_axis((0, 64), name="k")
+    z = te.compute((32, 48), lambda i, j: te.sum(x[i, k] * p[k, j], axis=k), name="Z")
+    func = mark_layout_free(te.create_prim_func([x, w, z]), [1])
+    result = ts.tune(func, HOST, trials=2, work_dir=tmp_path, config=SMALL, workers=0)
+    program = result.program
+    assert program.split is not None and program.main is not result.module
+    assert "P" in stages(result.module.func) and "P" not in stages(program.main.func)
+    rng = np.random.default_rng()
+    xs, ws = rng.uniform(-1, 1, (32, 64)).astype("float32"), rng.uniform(-1, 1, (64, 48)).astype("float32")
+    for run in (program.bind, lambda arrays: lambda: result.module(*arrays)):
+        zs = np.full((32, 48), np.nan, "float32")
+        run([xs, ws, zs])()
+        np.testing.assert_allclose(zs, xs @ (ws + np.roll(ws, -1, axis=1)), rtol=1e-4, atol=1e-4)
 
 
 def test_same_seed_proposes_the_same_candidates(tmp_path):

@@ -7,6 +7,7 @@
     result = ts.search.tune(workloads.get("GMM", 0, "int8"), "x86-znver4", trials=256, work_dir="runs/gmm")
     result.throughput, result.unit          # e.g. 520.3, "GOPS"
     result.module(x, y, z)                  # the best program, compiled
+    result.program.bind([x, y, z])()        # ... as the tuner timed it (weights packed ahead, if any)
     mod = ts.search.compile_best(workloads.get("GMM", 0, "int8").func, "x86-znver4", "runs/gmm")
 
 The loop: the design space of the workload (:class:`~.space.DesignSpace`); rounds of the
@@ -19,7 +20,11 @@ toward ``trials``; ``trials`` is the total for the workload and hardware.
 
 Tuning builds use FMA contraction (``Target.with_fp_contract()``; a float kernel's rounding may
 differ from the unscheduled program's in the last bits, within the workload's tolerance), and so
-does ``compile_best``, so the module returned is the program that was measured.
+does ``compile_best``, so the module returned computes as the program that was measured. A
+function with layout-free parameters (:func:`~tensorsearch.transform.mark_layout_free`, a model's
+weights) is timed as a model runs it, its weights re-laid once, ahead: ``result.program`` is that
+:class:`~tensorsearch.graph.executor.TaskProgram`, and ``result.module`` the whole function, the
+re-laying included, callable on the plain arrays.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from ..arith import count_ops
+from ..graph.executor import TaskProgram
 from ..ir import (
     PrimFunc,
 )
@@ -41,6 +47,7 @@ from ..runtime import Module, build
 from ..runtime.verify import verify_hardware
 from ..schedule import Schedule, Trace
 from ..target import Hardware, load
+from ..transform import layout_free_params
 from ..workloads import Workload
 from .cost_model import CostModel
 from .database import Database
@@ -75,13 +82,16 @@ class Progress:
 
 @dataclass
 class TuneResult:
-    """The outcome of :func:`tune`: the best trace, its latency (seconds) and throughput, and the module."""
+    """The outcome of :func:`tune`: the best trace, its latency (seconds) and throughput, the
+    module (the whole function) and the program the tuner timed (the module itself, unless the
+    function has layout-free parameters: then its main part, see :class:`TaskProgram`)."""
 
     trace: Trace
     latency: float
     throughput: float
     unit: str
     module: Module
+    program: TaskProgram
     workload_key: str
     hardware_key: str
     trials: int
@@ -475,12 +485,14 @@ class TaskSearch:
         best_rec = self.db.best(self.wkey, self.hkey)[0]
         trace = Trace.from_json(best_rec.trace)
         latency = self.db.latency(best_rec)
+        module, program = _build(self.func, self.hw, trace)
         return TuneResult(
             trace=trace,
             latency=latency,
             throughput=self.throughput(latency),
             unit=self.unit,
-            module=_build(self.func, self.hw, trace),
+            module=module,
+            program=program,
             workload_key=self.wkey,
             hardware_key=self.hkey,
             trials=len(self.records),
@@ -513,17 +525,27 @@ def _pretrain(
     return cost_model.pretrain(transfer_data(dbs, hw, exclude))
 
 
-def _build(func: PrimFunc, hw: Hardware, trace: Trace) -> Module:
+def _build(func: PrimFunc, hw: Hardware, trace: Trace) -> tuple[Module, TaskProgram]:
+    """``trace`` replayed on ``func`` and compiled: the whole function, and the program the
+    Measurer times (its main part on layout-free parameters packed ahead, when the schedule
+    re-lays them on a CPU; else the same module)."""
+    scheduled, target = _scheduled(func, hw, trace), hw.with_fp_contract()
+    program = TaskProgram.build(scheduled, layout_free_params(scheduled) if hw.kind == "cpu" else (), target)
+    return (program.main if program.split is None else build(scheduled, target)), program
+
+
+def _scheduled(func: PrimFunc, hw: Hardware, trace: Trace) -> PrimFunc:
     sch = Schedule(func, check=False, hardware=hw)
     trace.apply(sch)
-    return build(sch.func, hw.with_fp_contract())
+    return sch.func
 
 
 def compile_best(
     func: PrimFunc | Workload, hardware: Hardware | str | os.PathLike, work_dir: str | os.PathLike
 ) -> Module:
     """The compiled module of the best record of ``func`` (a PrimFunc or workload) for ``hardware``
-    in ``work_dir``'s database; TuneError when there is none."""
+    in ``work_dir``'s database, the whole function (as :attr:`TuneResult.module`); TuneError when
+    there is none."""
     from .database import Database, hardware_key, workload_key
 
     func, _, name = _resolve(func)
@@ -532,4 +554,4 @@ def compile_best(
     best = db.best(workload_key(func), hardware_key(hw), 1)
     if not best:
         raise TuneError(f"compile_best: {work_dir} holds no successful record of {name} for hardware {hw.name}")
-    return _build(func, hw, Trace.from_json(best[0].trace))
+    return build(_scheduled(func, hw, Trace.from_json(best[0].trace)), hw.with_fp_contract())
