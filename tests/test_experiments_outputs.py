@@ -185,6 +185,13 @@ def test_tune_ops_pairs_the_peak_with_our_best_repeat_and_numpy_with_their_media
     assert ours == [4.0] and best == [8.0]  # GOPS: 8e9 operations over 2 s (median) and 1 s (best)
 
 
+def test_tune_ops_gives_the_median_of_paired_ratios_and_the_best_over_the_best_peak():
+    import tune_ops
+
+    cols = tune_ops.peak_columns([600.0, 900.0, 650.0], [1000.0, 1200.0, 1300.0])
+    assert cols == {"peak": 1200.0, "ratio_vs_peak": 0.6, "best_vs_best_peak": round(900 / 1300, 3)}
+
+
 def test_profile_model_names_a_bad_model_or_work_dir_in_one_line(tmp_path):
     for args, says in (
         (["--model", "nosuch"], "unknown model 'nosuch'"),
