@@ -546,6 +546,28 @@ def f(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
         np.testing.assert_array_equal(b, want[1])
 
 
+@pytest.mark.parametrize("extent", [0, 1, 3, 7, 8, 10, 257])
+def test_a_parallel_loops_threads_run_every_iteration_once(extent):
+    """Each thread runs its static block in chunks and then takes what is left of the others'
+    (codegen.llvm._run_share): with any number of threads, an extent below, at or above the
+    chunk count, every iteration still adds one once, with a symbolic offset added to the start."""
+    src = f"""
+@T.prim_func
+def f(A: T.Buffer((300,), "int32"), lo: T.int32):
+    for i in T.parallel({extent}):
+        A[lo + i] = A[lo + i] + 1
+"""
+    mod = build(parse(src))
+    assert mod.parallel and "atomicrmw add" in mod.llvm_ir
+    for threads in (1, 2, 3, 5, 8):
+        mod.num_threads = threads
+        a = np.zeros(300, "int32")
+        mod(a, 13)
+        want = np.zeros(300, "int32")
+        want[13 : 13 + extent] = 1
+        np.testing.assert_array_equal(a, want, err_msg=f"{threads} threads")
+
+
 def test_named_llvm_intrinsic_call():
     src = """
 @T.prim_func

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -79,6 +79,10 @@ from . import fastmath
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)
+# a parallel loop: each thread's static block in this many chunks that idle threads may take
+# over (_run_share), with counters for up to this many threads
+STEAL_CHUNKS = 4
+MAX_STEAL_THREADS = 256
 REDUCTION_FLAGS = ("reassoc", "nsz")  # on a reduction update's fadd or fmuladd (_reduction_update)
 # on its maxnum/minnum: without nnan, LLVM 22's loop vectorizer takes a newer path for NaN-aware
 # max reductions that aborts on some loops (a cost-model assertion, BERT's 128-column softmax)
@@ -302,6 +306,7 @@ class _Fn:
     vars: dict[Var, ir.Value]
     bufs: dict[Buffer, ir.Value]
     in_parallel: bool
+    steal_counters: ir.Value | None = None  # the parallel loops' chunk counters (_run_share)
 
 
 class _CodeGen:
@@ -516,7 +521,7 @@ class _CodeGen:
         lo = self.expr(s.min)
         ext = self.expr(s.extent)
         values += [lo, ext]
-        struct_t = ir.LiteralStructType([v.type for v in values])
+        struct_t = ir.LiteralStructType([v.type for v in values] + [PTR])  # + the steal counters
         closure = self.entry_alloca(struct_t, "closure")
         for k, v in enumerate(values):
             self.b.store(v, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], source_etype=struct_t))
@@ -540,7 +545,7 @@ class _CodeGen:
         self.loop(s.loop_var, body_fn.args[-2], body_fn.args[-1], s.body)
         self.b.ret_void()
         self._finish()
-        # the function every thread runs: unpack the closure, take a static chunk, run the body
+        # the function every thread runs: unpack the closure, run its share of the range
         outlined = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
         outlined.linkage = "internal"
         outlined.attributes.add("nounwind")
@@ -552,21 +557,84 @@ class _CodeGen:
             )
             for k, v in enumerate(values)
         ]
+        steal_at = b.gep(outlined.args[0], [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
         p_lo, p_ext = loaded[-2], loaded[-1]
-        tid = b.call(self.declare("omp_get_thread_num", I32, []), [])
-        nth = b.call(self.declare("omp_get_num_threads", I32, []), [])
-        tid, nth = self._int_resize(tid, it, True), self._int_resize(nth, it, True)
-        chunk = b.sdiv(b.sub(b.add(p_ext, nth), ir.Constant(it, 1)), nth)
-        start = b.mul(tid, chunk)
-        stop = b.add(start, chunk)
-        stop = b.select(b.icmp_signed("<", stop, p_ext), stop, p_ext)
-        b.call(body_fn, [*loaded[:-2], b.add(p_lo, start), b.add(p_lo, stop)])
+        self._run_share(lambda start, stop: b.call(body_fn, [*loaded[:-2], b.add(p_lo, start), b.add(p_lo, stop)]),
+                        p_ext, b.load(steal_at, typ=PTR))  # fmt: skip
         b.ret_void()
         self._finish()
         self.fn = outer
+        counters = self.fn.steal_counters
+        if counters is None:  # one set per kernel: its parallel loops run one after another
+            counters = self.fn.steal_counters = self.entry_alloca(I64, "steal", align=64, count=MAX_STEAL_THREADS)
+        memset = self.declare("llvm.memset.p0.i64", VOID, [PTR, I8, I64, ir.IntType(1)])
+        self.b.call(
+            memset,
+            [counters, ir.Constant(I8, 0), ir.Constant(I64, 8 * MAX_STEAL_THREADS), ir.Constant(ir.IntType(1), 0)],
+        )
+        self.b.store(
+            counters, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
+        )
         gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
         nthreads = self.b.load(self.num_threads, typ=I32)
         self.b.call(gomp, [outlined, closure, nthreads, ir.Constant(I32, 0)])
+
+    def _run_share(self, run: Callable[[ir.Value, ir.Value], Any], ext: ir.Value, counters: ir.Value) -> None:
+        """This thread's iterations of a parallel loop of ``ext`` iterations: ``run(start, stop)``
+        for each chunk it takes.
+
+        Thread ``t`` of ``n`` owns the static block ``[t * ceil(ext / n), ...)``, cut into
+        ``STEAL_CHUNKS`` chunks that it runs in order, taking each from its counter (an atomic
+        increment); then it takes what is left of the other threads' blocks from theirs. On a
+        quiet machine every thread runs its own block, as a static schedule does (and keeps its
+        data in its caches from call to call); when one core runs slower (another process on it,
+        or on its sibling), the others finish its block instead of waiting for it. More threads
+        than ``MAX_STEAL_THREADS``: the static blocks alone."""
+        b = self.b
+        it = ext.type
+        tid = self._int_resize(b.call(self.declare("omp_get_thread_num", I32, []), []), it, True)
+        nth = self._int_resize(b.call(self.declare("omp_get_num_threads", I32, []), []), it, True)
+        block = b.sdiv(b.sub(b.add(ext, nth), ir.Constant(it, 1)), nth)
+        fn = self.fn.func
+        victims = fn.append_basic_block("steal.victim")
+        take = fn.append_basic_block("steal.take")
+        chunk_bb = fn.append_basic_block("steal.chunk")
+        next_victim = fn.append_basic_block("steal.next")
+        static = fn.append_basic_block("steal.static")
+        done = fn.append_basic_block("steal.done")
+        entry = b.block
+        b.cbranch(b.icmp_signed("<=", nth, ir.Constant(it, MAX_STEAL_THREADS)), victims, static)
+        # for u in 0..nth-1: victim (tid + u) % nth
+        b.position_at_end(victims)
+        u = b.phi(it, "u")
+        u.add_incoming(ir.Constant(it, 0), entry)
+        victim = b.srem(b.add(tid, u), nth)
+        start = b.mul(victim, block)
+        stop = b.add(start, block)
+        stop = b.select(b.icmp_signed("<", stop, ext), stop, ext)
+        length = b.sub(stop, start)
+        sub = b.sdiv(b.add(length, ir.Constant(it, STEAL_CHUNKS - 1)), ir.Constant(it, STEAL_CHUNKS))
+        counter = b.gep(counters, [self._int_resize(victim, I64, True)], source_etype=I64)
+        b.branch(take)
+        b.position_at_end(take)
+        c = self._int_resize(b.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic"), it, True)
+        lo = b.add(start, b.mul(c, sub))
+        b.cbranch(b.and_(b.icmp_signed("<", c, ir.Constant(it, STEAL_CHUNKS)), b.icmp_signed("<", lo, stop)),
+                  chunk_bb, next_victim)  # fmt: skip
+        b.position_at_end(chunk_bb)
+        hi = b.add(lo, sub)
+        run(lo, b.select(b.icmp_signed("<", hi, stop), hi, stop))
+        b.branch(take)
+        b.position_at_end(next_victim)
+        u_next = b.add(u, ir.Constant(it, 1))
+        u.add_incoming(u_next, next_victim)
+        b.cbranch(b.icmp_signed("<", u_next, nth), victims, done)
+        b.position_at_end(static)
+        s_start = b.mul(tid, block)
+        s_stop = b.add(s_start, block)
+        run(s_start, b.select(b.icmp_signed("<", s_stop, ext), s_stop, ext))
+        b.branch(done)
+        b.position_at_end(done)
 
     def s_Allocate(self, s: Allocate) -> None:
         buf = s.buffer
