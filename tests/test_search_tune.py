@@ -27,7 +27,7 @@ from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.tuner import FINALISTS
+from tensorsearch.search.tuner import FINALISTS, _build
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -131,17 +131,21 @@ def test_tune_a_bare_primfunc(tmp_path):
 
 
 def stages(func) -> set[str]:
-    """The names of ``func``'s blocks, less their scheduling suffixes (``P_init`` -> ``P``)."""
+    """The names of ``func``'s blocks, less a decomposed reduction's suffixes (``P_init`` -> ``P``;
+    a cache stage such as ``P_global`` keeps its name)."""
     from tensorsearch.ir import Block
     from tensorsearch.schedule.tree import walk_stmts
 
-    return {loc.node.name.split("_")[0] for loc in walk_stmts(func.body) if isinstance(loc.node, Block)}
+    names = [loc.node.name for loc in walk_stmts(func.body) if isinstance(loc.node, Block)]
+    return {re.sub(r"_(init|update)$", "", name) for name in names}
 
 
 def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed(tmp_path):
-    """W is a constant (a model's weight) and P, a stage of W alone: the tuner times Z's
-    part on P computed once, ahead, and ``result.program`` is that part (``main_args`` runs the
-    prepack); ``result.module`` stays the whole function, callable on the plain arrays."""
+    """W is a constant (a model's weight) and P, a stage of W alone: where the schedule leaves P
+    at the root, the tuner times Z's part on P computed once, ahead, and ``result.program`` is
+    that part (``main_args`` runs the prepack); where it computes P inside Z's loops, there is
+    nothing to cut and the program is the module. ``result.module`` is the whole function,
+    callable on the plain arrays, either way."""
     x = te.placeholder((32, 64), "float32", name="X")
     w = te.placeholder((64, 48), "float32", name="W")
     r = te.reduce_axis((0, 2), name="r")  # a reduction, so that no schedule inlines P into Z
@@ -150,12 +154,14 @@ def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed
     z = te.compute((32, 48), lambda i, j: te.sum(x[i, k] * p[k, j], axis=k), name="Z")
     func = mark_layout_free(te.create_prim_func([x, w, z]), [1])
     result = ts.tune(func, HOST, trials=2, work_dir=tmp_path, config=SMALL, workers=0)
-    program = result.program
-    assert program.split is not None and program.main is not result.module
-    assert "P" in stages(result.module.func) and "P" not in stages(program.main.func)
+    assert (result.program.split is None) == (result.program.main is result.module)
+    module, program = _build(func, HOST, Trace())  # unscheduled: P at the root
+    assert program.split is not None and program.main is not module
+    assert "P" in stages(module.func) and "P" not in stages(program.main.func)
     rng = np.random.default_rng()
     xs, ws = rng.uniform(-1, 1, (32, 64)).astype("float32"), rng.uniform(-1, 1, (64, 48)).astype("float32")
-    for run in (program.bind, lambda arrays: lambda: result.module(*arrays)):
+    whole = [lambda arrays, m=m: lambda: m(*arrays) for m in (result.module, module)]
+    for run in (result.program.bind, program.bind, *whole):
         zs = np.full((32, 48), np.nan, "float32")
         run([xs, ws, zs])()
         np.testing.assert_allclose(zs, xs @ (ws + np.roll(ws, -1, axis=1)), rtol=1e-4, atol=1e-4)
