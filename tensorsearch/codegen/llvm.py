@@ -567,10 +567,10 @@ class _CodeGen:
         counters = self.fn.steal_counters
         if counters is None:  # one set per kernel: its parallel loops run one after another
             counters = self.fn.steal_counters = self.entry_alloca(I64, "steal", align=64, count=MAX_STEAL_THREADS)
-        memset = self.declare("llvm.memset.p0.i64", VOID, [PTR, I8, I64, ir.IntType(1)])
+        memset = self.declare("llvm.memset.p0.i64", VOID, [PTR, I8, I64, I1])
         self.b.call(
             memset,
-            [counters, ir.Constant(I8, 0), ir.Constant(I64, 8 * MAX_STEAL_THREADS), ir.Constant(ir.IntType(1), 0)],
+            [counters, ir.Constant(I8, 0), ir.Constant(I64, 8 * MAX_STEAL_THREADS), ir.Constant(I1, 0)],
         )
         self.b.store(
             counters, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
