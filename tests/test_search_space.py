@@ -317,6 +317,48 @@ def test_convolution_keeps_its_padding_out_of_the_hot_loop():
     _check_runs(wl, cand.func, nprng)
 
 
+def _blocks(func):
+    return {loc.node.name: loc.node for loc in walk_stmts(func.body) if isinstance(loc.node, Block)}
+
+
+def test_a_plain_copy_is_inlined_into_an_intrinsic_tile():
+    # a 1x1 convolution without padding: its PadInput only copies the input; rather than a pass
+    # of its own in every call, the VNNI tile reads the input itself
+    wl = workloads.make("C2D", (1, 6, 6, 16, 16, 1, 1, 0), "int8")
+    space = DesignSpace(wl.func, HOST)
+    nprng = np.random.default_rng(11)
+    for seed in range(3):
+        cand = space.sample(random.Random(seed))
+        blocks = _blocks(cand.func)
+        assert "PadInput" not in blocks
+        tile = blocks["conv2d_nhwc_o_update"]
+        assert "llvm.x86.avx512.vpdpbusd.512" in str(tile.body)
+        assert "inputs" in [r.buffer.name for r in tile.reads]
+        _check_runs(wl, cand.func, nprng)
+
+
+def test_padding_is_inlined_into_the_channel_padding_copy_and_kept_out_of_the_tile():
+    # 3 input channels: tile_with_intrin pads them to the intrinsic's 4 in a copy; the spatial
+    # padding's Select goes into that copy (one pass, not two), never into the reduction
+    wl = workloads.make("C2D", (1, 8, 8, 3, 16, 3, 1, 1), "int8")
+    space = DesignSpace(wl.func, HOST)
+    nprng = np.random.default_rng(12)
+    bodies = set()
+    for seed in range(4):
+        cand = space.sample(random.Random(seed))
+        blocks = _blocks(cand.func)
+        assert "PadInput" not in blocks
+        (pad,) = [b for n, b in blocks.items() if n.startswith("PadInput_")]
+        bodies.add(str(pad.body))
+        assert "T.Select" not in str(blocks["conv2d_nhwc_o_update"].body)
+        _check_runs(wl, cand.func, nprng)
+    inbounds = "v1 >= 1 and v1 < 9 and v2 >= 1 and v2 < 9"
+    assert (
+        f"PadInput_pad[v0, v1, v2, v3] = T.Select(v3 < 3, T.Select({inbounds}, inputs[v0, v1 - 1, v2 - 1, v3], "
+        "T.uint8(0)), T.uint8(0))"
+    ) in bodies
+
+
 def test_add_rfactor_forks_a_small_output_reduction():
     wl = workloads.make("NRM", (1, 16, 256), "float32") if "NRM" in workloads.names() else None
     space = DesignSpace(wl.func, HOST)

@@ -215,6 +215,31 @@ def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
     return consumers[0]
 
 
+def _is_plain_copy(block: Block) -> bool:
+    """Whether the block only copies another buffer of its shape and dtype, element for element
+    (``B[v0, v1] = A[v0, v1]``)."""
+    store = block.body
+    if not (isinstance(store, BufferStore) and isinstance(store.value, BufferLoad)):
+        return False
+    load, ivs = store.value, [iv.var for iv in block.iter_vars]
+    same_indices = len(load.indices) == len(store.indices) == len(ivs) and all(
+        a == v and b == v for a, b, v in zip(load.indices, store.indices, ivs, strict=True)
+    )
+    return (
+        same_indices
+        and load.buffer.dtype == store.buffer.dtype
+        and tuple(load.buffer.shape) == tuple(store.buffer.shape)
+    )
+
+
+def _feeds_reduction(sch: Schedule, block: BlockRV) -> bool:
+    """Whether a consumer of the block is a reduction (or one cannot be told)."""
+    try:
+        return any(_is_reduction(sch, c) for c in sch.get_consumers(block))
+    except ScheduleError:
+        return True
+
+
 def _has_select(block: Block) -> bool:
     """Whether the block's body computes a ``Select`` (padding, a masked copy)."""
     found = []
@@ -300,10 +325,14 @@ class AutoInline(ScheduleRule):
     intrinsic reads and writes buffers directly, so a padding ``Select`` or an epilogue cast would
     leave the tile no longer matching it.
 
+    Two exceptions, both ours: a plain copy (``B[v0, v1] = A[v0, v1]``, the ``PadInput`` of a
+    convolution without padding) is inlined into an intrinsic's tile too, where it only renames
+    the buffer the tile reads, instead of copying the whole input in a pass of its own; and
     ``disallow_select`` (TVM's ``disallow_if_then_else``, on for CPUs there too) keeps a block
-    whose value is a ``Select`` (a convolution's ``PadInput``) out of its consumer: inlined, the
-    bounds test runs on every multiply-add of the hot loop. The block then gets a sampled compute
-    location (RandomComputeLocation)."""
+    whose value is a ``Select`` (a convolution's ``PadInput``) out of a reduction consumer only:
+    inlined there, the bounds test runs on every multiply-add of the hot loop, while inlined into
+    a copy (the channel padding ``tile_with_intrin`` adds) it runs once an element, in one pass
+    instead of two. A kept block gets a sampled compute location (RandomComputeLocation)."""
 
     name = "AutoInline"
     params = {"into_consumer": True, "into_producer": True, "disallow_select": True}
@@ -319,12 +348,12 @@ class AutoInline(ScheduleRule):
             except ScheduleError:
                 return False
 
-        selects = self.config["disallow_select"] and _has_select(blk)
+        selects = self.config["disallow_select"] and _has_select(blk) and _feeds_reduction(sch, block)
         if (
             self.config["into_consumer"]
             and not selects
             and not _is_output(sch, block)
-            and not tensorized(sch.get_consumers)
+            and (_is_plain_copy(blk) or not tensorized(sch.get_consumers))
         ):
             try:
                 sch.compute_inline(block)
