@@ -595,6 +595,12 @@ class _CodeGen:
         tid = self._int_resize(b.call(self.declare("omp_get_thread_num", I32, []), []), it, True)
         nth = self._int_resize(b.call(self.declare("omp_get_num_threads", I32, []), []), it, True)
         block = b.sdiv(b.sub(b.add(ext, nth), ir.Constant(it, 1)), nth)
+
+        def block_of(owner: ir.Value) -> tuple[ir.Value, ir.Value]:  # [owner * block, min(+ block, ext))
+            start = b.mul(owner, block)
+            stop = b.add(start, block)
+            return start, b.select(b.icmp_signed("<", stop, ext), stop, ext)
+
         fn = self.fn.func
         victims = fn.append_basic_block("steal.victim")
         take = fn.append_basic_block("steal.take")
@@ -609,9 +615,7 @@ class _CodeGen:
         u = b.phi(it, "u")
         u.add_incoming(ir.Constant(it, 0), entry)
         victim = b.srem(b.add(tid, u), nth)
-        start = b.mul(victim, block)
-        stop = b.add(start, block)
-        stop = b.select(b.icmp_signed("<", stop, ext), stop, ext)
+        start, stop = block_of(victim)
         length = b.sub(stop, start)
         sub = b.sdiv(b.add(length, ir.Constant(it, STEAL_CHUNKS - 1)), ir.Constant(it, STEAL_CHUNKS))
         counter = b.gep(counters, [self._int_resize(victim, I64, True)], source_etype=I64)
@@ -630,9 +634,7 @@ class _CodeGen:
         u.add_incoming(u_next, next_victim)
         b.cbranch(b.icmp_signed("<", u_next, nth), victims, done)
         b.position_at_end(static)
-        s_start = b.mul(tid, block)
-        s_stop = b.add(s_start, block)
-        run(s_start, b.select(b.icmp_signed("<", s_stop, ext), s_stop, ext))
+        run(*block_of(tid))
         b.branch(done)
         b.position_at_end(done)
 
