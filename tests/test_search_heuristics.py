@@ -180,11 +180,21 @@ def test_analytic_candidates_alternate_inline_and_root_padding():
 
 def test_mid_tile_sits_above_the_reduction():
     """The mid tile (S1) is above R0 and S2 is 1, so one register tile's init and accumulation
-    run back to back (a 1x1 convolution: [7, 8, 1, 1] rows, not [7, 1, 8, 1])."""
+    run back to back (a 1x1 convolution: [14, 4, 1, 1] rows, not [14, 1, 4, 1])."""
     wl = workloads.get("C2D", 1, "float32")  # 56x56x64 -> 64, 1x1
     space = DesignSpace(wl.func, ZNVER4)
     h, w, co, rc = tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4))
-    assert (h, w, co, rc) == ([7, 8, 1, 1], [7, 2, 1, 4], [1, 1, 1, 64], [2, 32])
+    assert (h, w, co, rc) == ([14, 4, 1, 1], [1, 14, 1, 4], [1, 1, 1, 64], [2, 32])
+
+
+def test_mid_tile_takes_the_innermost_tied_loop_whole():
+    """Growing d, h or w of a 1x1x1 convolution adds the same input bytes; the innermost of them
+    (w, then h) is taken whole, so a job reads whole rows: 2 x 56 x 56 pixels a job, not the
+    16 x 8 x 8 of growing w by its smallest factor and then d and h."""
+    wl = workloads.get("C3D", 1, "float32")  # 16x56x56x64 -> 64, 1x1x1
+    space = DesignSpace(wl.func, ZNVER4)
+    d, h, w, co, rc = tiles_of(heuristic_trace(space.traces[0], wl.func, ZNVER4))
+    assert (d, h, w, co, rc) == ([8, 2, 1, 1], [1, 56, 1, 1], [1, 14, 1, 4], [1, 1, 1, 64], [2, 32])
 
 
 def _softmax(rows: int, cols: int):
