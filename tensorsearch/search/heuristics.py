@@ -31,11 +31,12 @@ The rules (per tiled block; ``S3`` innermost spatial tile, ``R1`` inner reductio
   footprint first) while their input blocks fit half of L2 (``caches.l2``) and enough outer
   iterations stay for ``4 x cores`` jobs. Of loops that tie, the innermost grows, and to its
   whole extent where that fits, so that a job reads long runs of memory: a 1x1x1 convolution
-  over 16x56x56x64 (C3D:1) took ``w`` by 2 and then ``d`` and ``h`` (2 KB runs of its input, 14
-  KB apart) and ran 2.41 ms; with whole rows of ``w`` and ``h``, 1.88 ms. Under ``R0`` (at ``S2``) the reduction's init would
-  zero the whole mid tile of outputs before any accumulation, and the outputs would pass
-  through the caches twice: a 1x1 convolution (C2D:1, float32) ran 0.180 ms with its 8 x 2
-  steps at ``S2``, 0.139 with them at ``S1``; GRP:1 0.069 and 0.042; GMM 1024^3 alike either way;
+  over 16x56x56x64 (C3D:1) took ``w`` by 2 and then ``d`` and ``h`` (2 KB runs of its input,
+  14 KB apart) and ran 2.41 ms; with whole rows of ``w`` and ``h``, 1.88 ms. Under ``R0`` (at
+  ``S2``) the reduction's init would zero the whole mid tile of outputs before any
+  accumulation, and the outputs would pass through the caches twice: a 1x1 convolution (C2D:1,
+  float32) ran 0.180 ms with its 8 x 2 steps at ``S2``, 0.139 with them at ``S1``; GRP:1 0.069
+  and 0.042; GMM 1024^3 alike either way;
 * **parallel** (``S0``): the outer spatial loops (outermost first) take the rest until they
   reach ``4 x cores`` iterations, the remainder joins ``S1``; the parallel annotation is the
   largest candidate not above that product;
