@@ -123,6 +123,22 @@ def test_correct_float32_candidates(f32):
         assert_ok(r)
 
 
+def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
+    """Finalists re-timed in rounds: per candidate, each round's latencies; a failed one gets
+    empty rounds. Every other round runs them in reverse order, so none always runs first."""
+    from tensorsearch.search.space import candidate_key
+
+    order, run = [], f32._run
+    monkeypatch.setattr(f32, "_run", lambda builds, keys: order.append(list(keys)) or run(builds, keys))
+    funcs = [F32.func, tiled(F32.func), UNBUILDABLE]
+    rounds = f32.retime(funcs, 3)
+    keys = [candidate_key(f) for f in funcs]
+    assert order == [keys, keys[::-1], keys]
+    for per_round in rounds[:2]:
+        assert len(per_round) == 3 and all(len(r) == 3 and min(r) > 0 for r in per_round)
+    assert rounds[2] == [[], [], []]
+
+
 def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
     # slow_after=0: every first run is "slow", so each keeps one latency, that of its check run
     fast, slow = f32.measure([F32.func, tiled(F32.func)], slow_after=0.0)

@@ -27,7 +27,7 @@ from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.tuner import FINALISTS, _build
+from tensorsearch.search.tuner import FINALISTS, _build, level_rounds
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -79,6 +79,35 @@ def test_tune_int8_gemm_with_vnni_or_amx(tmp_path):
         ts.compile_best(wl.func, other, tmp_path)
 
 
+# DEP:0's six finalists (float32, Zen 4, stop 44), ms per round: the host ran round 1 about 1.5x
+# slower than round 3, and candidate "a" (a write cache; 0.051 ms against b's 0.078 side by side)
+# was timed first in round 2, while the slow spell ended.
+DEP0_FINALIST_ROUNDS = {
+    "a": [[0.0744, 0.0808, 0.0753], [0.095, 0.0781, 0.064], [0.0454, 0.0389, 0.0397]],
+    "c": [[0.1125, 0.1141, 0.1093], [0.0731, 0.0721, 0.0774], [0.0707, 0.0694, 0.0703]],
+    "d": [[0.1089, 0.1061, 0.1178], [0.0773, 0.0759, 0.075], [0.0656, 0.0661, 0.0771]],
+    "e": [[0.1216, 0.1248, 0.1193], [0.0726, 0.0691, 0.0706], [0.0715, 0.0675, 0.0824]],
+    "f": [[0.1214, 0.1184, 0.1113], [0.0707, 0.0812, 0.0731], [0.0766, 0.0685, 0.0695]],
+    "b": [[0.1051, 0.1081, 0.1039], [0.0655, 0.0603, 0.0621], [0.0591, 0.0599, 0.0595]],
+}
+
+
+def test_leveled_rounds_rank_finalists_as_the_rounds_do():
+    import statistics
+
+    assert level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]]) == [[1.0] * 3, [1.5] * 3]
+    # a candidate that failed stays empty and sets no round's speed
+    assert level_rounds([[[1.0], [2.0], [1.0]], [[], [], []], [[3.0], [6.0], [3.0]]]) == [[1.0] * 3, [], [3.0] * 3]
+    assert level_rounds([[[1.0], [2.0]], [[], []]]) == [[1.0, 2.0], []]  # one candidate: as timed
+    names, rounds = list(DEP0_FINALIST_ROUNDS), list(DEP0_FINALIST_ROUNDS.values())
+
+    def fastest(samples):
+        return min(zip(names, samples), key=lambda n_s: statistics.median(n_s[1]))[0]
+
+    assert fastest([[x for r in c for x in r] for c in rounds]) == "b"  # pooled, b ranked first
+    assert fastest(level_rounds(rounds)) == "a"  # "a" won rounds 1 and 3 by 1.4-1.5x
+
+
 def test_tune_float32_convolution_with_ray_workers(tmp_path):
     wl = workloads.reduced("C2D", 0, "float32")
     result = ts.tune(wl, HOST, trials=8, work_dir=tmp_path, seed=2, config=SMALL, workers=2)
@@ -88,6 +117,9 @@ def test_tune_float32_convolution_with_ray_workers(tmp_path):
     db = Database(tmp_path)
     retimed = [json.loads(line) for line in (tmp_path / "database" / "retimings.jsonl").read_text().splitlines()]
     assert len(retimed) == min(FINALISTS, len(result.records)) and all(len(r["latencies"]) == 9 for r in retimed)
+    # recorded leveled (each round scaled by the host's speed in it), the latencies as timed beside
+    as_timed = [[r["as_timed"][i : i + 3] for i in (0, 3, 6)] for r in retimed]
+    np.testing.assert_allclose(level_rounds(as_timed), [r["latencies"] for r in retimed])
     best = db.best(result.workload_key, result.hardware_key)[0]
     assert best.candidate_key in {r["candidate_key"] for r in retimed}
     finalists = [

@@ -623,13 +623,23 @@ class Database:
         what a run on another workload of the same hardware pre-trains its cost model on."""
         return {w: list(recs) for (w, h), recs in self._records.items() if h == hardware_key}
 
-    def commit_retiming(self, workload_key: str, hardware_key: str, candidate_key: str, latencies: list[float]) -> None:
+    def commit_retiming(
+        self,
+        workload_key: str,
+        hardware_key: str,
+        candidate_key: str,
+        latencies: list[float],
+        as_timed: list[float] | None = None,
+    ) -> None:
         """Append re-timed latencies of a measured candidate (``retimings.jsonl``); from then on its
-        latency is the median of all its re-timings (:meth:`latency`), not its record's."""
+        latency is the median of all its re-timings (:meth:`latency`), not its record's.
+        ``as_timed``: the latencies before the tuner leveled its rounds (kept beside, not ranked)."""
         if not latencies:
             return
         line = {"format": DATABASE_FORMAT, "workload_key": workload_key, "hardware_key": hardware_key}
         line.update(candidate_key=candidate_key, latencies=[float(x) for x in latencies], timestamp=time.time())
+        if as_timed is not None:
+            line["as_timed"] = [float(x) for x in as_timed]
         with self._lock:
             self._retime_file.append(line)
             pair = (workload_key, hardware_key)

@@ -1023,20 +1023,22 @@ class Measurer:
         funcs = list(funcs)
         return self._run(self._build_all(funcs), [candidate_key(f) for f in funcs], on_result, slow_after)
 
-    def retime(self, funcs: Sequence[PrimFunc], rounds: int = 3) -> list[list[float]]:
+    def retime(self, funcs: Sequence[PrimFunc], rounds: int = 3) -> list[list[list[float]]]:
         """Each function built once, then timed in ``rounds`` rounds, every round running each in
-        turn: the latencies of every round, per function (empty when one failed). Interleaving puts
-        the candidates under the same noise; the tuner re-times its finalists this way."""
+        turn (every other round in reverse order): per function, the latencies of each round
+        (empty lists when it failed). Interleaving puts the candidates under the same noise; the
+        tuner re-times its finalists this way."""
         from .space import candidate_key
 
         funcs = list(funcs)
         builds = self._build_all(funcs)
         keys = [candidate_key(f) for f in funcs]
-        samples: list[list[float]] = [[] for _ in funcs]
-        for _ in range(rounds):
-            for i, r in enumerate(self._run(builds, keys)):
-                if r.ok:
-                    samples[i].extend(r.latencies)
+        samples: list[list[list[float]]] = [[] for _ in funcs]
+        for r in range(rounds):
+            order = list(range(len(funcs)))[:: -1 if r % 2 else 1]
+            results = self._run([builds[i] for i in order], [keys[i] for i in order])
+            for i, res in zip(order, results, strict=True):
+                samples[i].append(list(res.latencies) if res.ok else [])
         return samples
 
     def _run(

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -59,7 +60,8 @@ from .space import Candidate, DesignSpace
 # (Measurer.measure's slow_after): it cannot become the best.
 SLOW_FACTOR = 4.0
 # At the end of a run the fastest FINALISTS are timed again together, FINALIST_ROUNDS rounds.
-FINALISTS = 6
+# Twelve: a spell of the shared host's slowness can put the true best 8th by its own latency.
+FINALISTS = 12
 FINALIST_ROUNDS = 3
 
 
@@ -462,18 +464,20 @@ class TaskSearch:
 
         On the shared 2-vCPU machine, one candidate's tuner latency and a later timing differed by
         up to 35%, both ways (float32 C2D:2: the tuner's best, 1.26 ms, re-timed at 1.4-1.7 ms; its
-        third, 1.42 ms, at 1.13-1.21 ms)."""
+        third, 1.42 ms, at 1.13-1.21 ms). Each round's latencies are leveled (:func:`level_rounds`)
+        before they are recorded, the latencies as timed beside them."""
         by_key = {c.key: c for c in self.measured}
         chosen = self.db.fastest_measured(self.wkey, self.hkey, FINALISTS) + self.db.best(self.wkey, self.hkey, 1)
         finalists = list({r.candidate_key: r for r in chosen if r.candidate_key in by_key}.values())
         if len(finalists) < 2:
             return
         try:
-            samples = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
+            rounds = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
         finally:
             self.record_events(measurer)
-        for rec, lats in zip(finalists, samples, strict=True):
-            self.db.commit_retiming(self.wkey, self.hkey, rec.candidate_key, lats)
+        for rec, timed, leveled in zip(finalists, rounds, level_rounds(rounds), strict=True):
+            as_timed = [x for r in timed for x in r]
+            self.db.commit_retiming(self.wkey, self.hkey, rec.candidate_key, leveled, as_timed=as_timed)
 
     def best_latency(self) -> float:
         """The best record's latency (re-timings included); ``math.inf`` when none ran."""
@@ -504,6 +508,28 @@ class TaskSearch:
             search_stats=list(self.stats),
             transferred=transferred,
         )
+
+
+def level_rounds(rounds: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
+    """Re-timed latencies, per candidate, with every round's scaled to the host's usual speed.
+
+    ``rounds[i][r]``: candidate ``i``'s latencies in round ``r`` (empty where it failed). The
+    shared host slows every kernel at once, by up to 1.5x, in spells of 10-30 s (DEP:0, Zen 4:
+    two kernels timed alternately for a minute kept a 1.44-1.60 ratio while both moved 1.5x), so
+    a pooled median can rank a candidate by the spell its samples fell in. A round's speed is the
+    geometric mean of its medians over the candidates timed in every round; its latencies are
+    multiplied by the median of the rounds' speeds over its own. With fewer than two such
+    candidates the latencies are only flattened::
+
+        level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]])   # round 2 ran 2x slower
+        -> [[1.0, 1.0, 1.0], [1.5, 1.5, 1.5]]
+    """
+    complete = [c for c in rounds if c and all(c)]
+    if len(complete) < 2:
+        return [[x for r in c for x in r] for c in rounds]
+    speeds = [statistics.geometric_mean(statistics.median(c[r]) for c in complete) for r in range(len(complete[0]))]
+    usual = statistics.median(speeds)
+    return [[x * usual / speeds[r] for r, lats in enumerate(c) for x in lats] for c in rounds]
 
 
 def _pretrain(
