@@ -516,9 +516,9 @@ def level_rounds(rounds: Sequence[Sequence[Sequence[float]]]) -> list[list[float
     ``rounds[i][r]``: candidate ``i``'s latencies in round ``r`` (empty where it failed). The
     shared host slows every kernel at once, by up to 1.5x, in spells of 10-30 s (DEP:0, Zen 4:
     two kernels timed alternately for a minute kept a 1.44-1.60 ratio while both moved 1.5x), so
-    a pooled median can rank a candidate by the spell its samples fell in. A round's speed is the
+    a pooled median can rank a candidate by the spell its samples fell in. A round's level is the
     geometric mean of its medians over the candidates timed in every round; its latencies are
-    multiplied by the median of the rounds' speeds over its own. With fewer than two such
+    multiplied by the median of the rounds' levels over its own. With fewer than two such
     candidates the latencies are only flattened::
 
         level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]])   # round 2 ran 2x slower
@@ -527,9 +527,9 @@ def level_rounds(rounds: Sequence[Sequence[Sequence[float]]]) -> list[list[float
     complete = [c for c in rounds if c and all(c)]
     if len(complete) < 2:
         return [[x for r in c for x in r] for c in rounds]
-    speeds = [statistics.geometric_mean(statistics.median(c[r]) for c in complete) for r in range(len(complete[0]))]
-    usual = statistics.median(speeds)
-    return [[x * usual / speeds[r] for r, lats in enumerate(c) for x in lats] for c in rounds]
+    levels = [statistics.geometric_mean(statistics.median(c[r]) for c in complete) for r in range(len(complete[0]))]
+    usual = statistics.median(levels)
+    return [[x * usual / levels[r] for r, lats in enumerate(c) for x in lats] for c in rounds]
 
 
 def _pretrain(
