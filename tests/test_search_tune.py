@@ -96,7 +96,7 @@ def test_leveled_rounds_rank_finalists_as_the_rounds_do():
     import statistics
 
     assert level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]]) == [[1.0] * 3, [1.5] * 3]
-    # a candidate that failed stays empty and sets no round's speed
+    # a candidate that failed stays empty and sets no round's level
     assert level_rounds([[[1.0], [2.0], [1.0]], [[], [], []], [[3.0], [6.0], [3.0]]]) == [[1.0] * 3, [], [3.0] * 3]
     assert level_rounds([[[1.0], [2.0]], [[], []]]) == [[1.0, 2.0], []]  # one candidate: as timed
     names, rounds = list(DEP0_FINALIST_ROUNDS), list(DEP0_FINALIST_ROUNDS.values())
