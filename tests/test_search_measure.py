@@ -125,15 +125,19 @@ def test_correct_float32_candidates(f32):
 
 def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
     """Finalists re-timed in rounds: per candidate, each round's latencies; a failed one gets
-    empty rounds. Every other round runs them in reverse order, so none always runs first."""
+    empty rounds. Every other round runs them in reverse order, so none always runs first; the
+    fastest candidates measured are not built again."""
     from tensorsearch.search.space import candidate_key
 
-    order, run = [], f32._run
-    monkeypatch.setattr(f32, "_run", lambda builds, keys: order.append(list(keys)) or run(builds, keys))
     funcs = [F32.func, tiled(F32.func), UNBUILDABLE]
+    assert all(r.ok for r in f32.measure(funcs[:2]))
+    order, run, built, build_all = [], f32._run, [], f32._build_all
+    monkeypatch.setattr(f32, "_run", lambda builds, keys: order.append(list(keys)) or run(builds, keys))
+    monkeypatch.setattr(f32, "_build_all", lambda fs: built.extend(fs) or build_all(fs))
     rounds = f32.retime(funcs, 3)
     keys = [candidate_key(f) for f in funcs]
     assert order == [keys, keys[::-1], keys]
+    assert built == [UNBUILDABLE]  # the two measured are among the fastest: their builds were kept
     for per_round in rounds[:2]:
         assert len(per_round) == 3 and all(len(r) == 3 and min(r) > 0 for r in per_round)
     assert rounds[2] == [[], [], []]

@@ -915,6 +915,9 @@ class Measurer:
     (TVM's ``enable_cpu_cache_flush``).
     """
 
+    # the builds of the KEPT_BUILDS fastest candidates measured are kept: re-timing them builds nothing
+    KEPT_BUILDS = 16
+
     def __init__(
         self,
         func: PrimFunc | None,
@@ -964,6 +967,7 @@ class Measurer:
         self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
         self._own_pool = pool is None
         self.pool = pool if pool is not None else RunnerPool(self.hardware, seed)
+        self._kept: dict[str, tuple[float, dict[str, Any]]] = {}  # candidate key -> (latency, build)
 
     @property
     def _slots(self) -> list[_Slot]:
@@ -1021,18 +1025,31 @@ class Measurer:
         from .space import candidate_key
 
         funcs = list(funcs)
-        return self._run(self._build_all(funcs), [candidate_key(f) for f in funcs], on_result, slow_after)
+        builds, keys = self._build_all(funcs), [candidate_key(f) for f in funcs]
+        results = self._run(builds, keys, on_result, slow_after)
+        self._keep_fastest(keys, builds, results)
+        return results
+
+    def _keep_fastest(self, keys: list[str], builds: list[dict[str, Any]], results: list[MeasureResult]) -> None:
+        """Keep the builds of the ``KEPT_BUILDS`` fastest candidates measured so far."""
+        for key, build, result in zip(keys, builds, results, strict=True):
+            if result.ok and not result.emulated:
+                self._kept[key] = (result.latency, build)
+        self._kept = dict(sorted(self._kept.items(), key=lambda kv: kv[1][0])[: self.KEPT_BUILDS])
 
     def retime(self, funcs: Sequence[PrimFunc], rounds: int = 3) -> list[list[list[float]]]:
-        """Each function built once, then timed in ``rounds`` rounds, every round running each in
-        turn (every other round in reverse order): per function, the latencies of each round
-        (empty lists when it failed). Interleaving puts the candidates under the same noise; the
-        tuner re-times its finalists this way."""
+        """Each function built once (or not at all, when it is among the fastest this Measurer
+        measured), then timed in ``rounds`` rounds, every round running each in turn (every other
+        round in reverse order): per function, the latencies of each round (empty lists when it
+        failed). Interleaving puts the candidates under the same noise; the tuner re-times its
+        finalists this way."""
         from .space import candidate_key
 
         funcs = list(funcs)
-        builds = self._build_all(funcs)
         keys = [candidate_key(f) for f in funcs]
+        missing = [i for i, k in enumerate(keys) if k not in self._kept]
+        fresh = dict(zip(missing, self._build_all([funcs[i] for i in missing]), strict=True))
+        builds = [fresh[i] if i in fresh else self._kept[k][1] for i, k in enumerate(keys)]
         samples: list[list[list[float]]] = [[] for _ in funcs]
         for r in range(rounds):
             order = list(range(len(funcs)))[:: -1 if r % 2 else 1]
