@@ -27,7 +27,7 @@ from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.tuner import FINALISTS, _build, level_rounds
+from tensorsearch.search.tuner import _build, finalist_count, level_rounds
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -95,6 +95,8 @@ DEP0_FINALIST_ROUNDS = {
 def test_leveled_rounds_rank_finalists_as_the_rounds_do():
     import statistics
 
+    assert [finalist_count(n) for n in (3, 8, 40, 64, 256)] == [3, 6, 10, 12, 12]
+
     assert level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]]) == [[1.0] * 3, [1.5] * 3]
     # a candidate that failed stays empty and sets no round's level
     assert level_rounds([[[1.0], [2.0], [1.0]], [[], [], []], [[3.0], [6.0], [3.0]]]) == [[1.0] * 3, [], [3.0] * 3]
@@ -116,7 +118,7 @@ def test_tune_float32_convolution_with_ray_workers(tmp_path):
     # the finalists were timed again together, and the result is the fastest by those timings
     db = Database(tmp_path)
     retimed = [json.loads(line) for line in (tmp_path / "database" / "retimings.jsonl").read_text().splitlines()]
-    assert len(retimed) == min(FINALISTS, len(result.records)) and all(len(r["latencies"]) == 9 for r in retimed)
+    assert len(retimed) == finalist_count(len(result.records)) and all(len(r["latencies"]) == 9 for r in retimed)
     # recorded leveled (each round scaled by the host's speed in it), the latencies as timed beside
     as_timed = [[r["as_timed"][i : i + 3] for i in (0, 3, 6)] for r in retimed]
     np.testing.assert_allclose(level_rounds(as_timed), [r["latencies"] for r in retimed])

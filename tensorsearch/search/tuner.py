@@ -59,9 +59,11 @@ from .space import Candidate, DesignSpace
 # A candidate whose check run is this many times slower than the task's best is not timed again
 # (Measurer.measure's slow_after): it cannot become the best.
 SLOW_FACTOR = 4.0
-# At the end of a run the fastest FINALISTS are timed again together, FINALIST_ROUNDS rounds.
-# Twelve: a spell of the shared host's slowness can put the true best 8th by its own latency.
+# At the end of a run the fastest quarter of the candidates measured, at least MIN_FINALISTS and
+# at most FINALISTS, are timed again together, FINALIST_ROUNDS rounds (finalist_count). Up to
+# twelve: a spell of the shared host's slowness put DEP:0's true best 8th of 64 by its own latency.
 FINALISTS = 12
+MIN_FINALISTS = 6
 FINALIST_ROUNDS = 3
 
 
@@ -276,7 +278,7 @@ def _tune(
                 break  # the design space has nothing left to offer
         task.check_some_ran(work_dir)
         if len(task.records) > done_at_start:
-            stage(f"re-timing the {min(FINALISTS, len(task.ok_records))} fastest together", len(task.records))
+            stage(f"re-timing the {finalist_count(len(task.ok_records))} fastest together", len(task.records))
             task.retime_finalists(measurer)
         return task.result(t_start, work_dir, transferred)
     finally:
@@ -458,7 +460,7 @@ class TaskSearch:
             )
 
     def retime_finalists(self, measurer: Any) -> None:
-        """Time the ``FINALISTS`` fastest candidates by their own latencies again, with the best
+        """Time the :func:`finalist_count` fastest candidates by their own latencies again, with the best
         an earlier run re-timed, ``FINALIST_ROUNDS`` rounds interleaved, and record it: the best
         is then chosen among them under the same noise, not by one lucky batch.
 
@@ -467,7 +469,8 @@ class TaskSearch:
         third, 1.42 ms, at 1.13-1.21 ms). Each round's latencies are leveled (:func:`level_rounds`)
         before they are recorded, the latencies as timed beside them."""
         by_key = {c.key: c for c in self.measured}
-        chosen = self.db.fastest_measured(self.wkey, self.hkey, FINALISTS) + self.db.best(self.wkey, self.hkey, 1)
+        fastest = self.db.fastest_measured(self.wkey, self.hkey, finalist_count(len(self.ok_records)))
+        chosen = fastest + self.db.best(self.wkey, self.hkey, 1)
         finalists = list({r.candidate_key: r for r in chosen if r.candidate_key in by_key}.values())
         if len(finalists) < 2:
             return
@@ -508,6 +511,12 @@ class TaskSearch:
             search_stats=list(self.stats),
             transferred=transferred,
         )
+
+
+def finalist_count(measured: int) -> int:
+    """How many of ``measured`` correct candidates the end of a run re-times: the fastest quarter,
+    at least ``MIN_FINALISTS`` and at most ``FINALISTS`` (8 -> 6, 40 -> 10, 64 -> 12)."""
+    return min(FINALISTS, max(MIN_FINALISTS, measured // 4), measured)
 
 
 def level_rounds(rounds: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
