@@ -538,7 +538,7 @@ def f(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
     got, want = run_both(src, a, np.zeros(4096, "float32"))
     np.testing.assert_array_equal(got[1], want[1])
     mod = build(parse(src))
-    assert mod.parallel and mod.llvm_ir.count("GOMP_parallel") >= 1
+    assert mod.parallel and mod.llvm_ir.count("__tensorsearch_parallel_launch") >= 1
     for n in (1, 2, 3):
         mod.num_threads = n
         b = np.zeros(4096, "float32")

@@ -239,3 +239,26 @@ def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
     outputs = [np.zeros(t.shape, t.dtype) for t in wl.outputs]
     results = run_aarch64(obj, mod.name, [*inputs, *outputs])
     wl.check(results[len(inputs) :], wl.reference(*inputs))
+
+
+def test_parallel_loop_built_for_graviton2_runs_under_qemu(tmp_path):
+    """An object with a parallel loop carries the thread pool (weak symbols) and runs on its own:
+    under qemu, linked statically, with the default threads (the CPUs), each iteration once."""
+    from tensorsearch import build
+    from tensorsearch.script import parse
+
+    src = """
+@T.prim_func
+def rows(A: T.Buffer((65536,), "float32"), B: T.Buffer((65536,), "float32")):
+    for i in T.parallel(256):
+        for j in T.serial(256):
+            B[i * 256 + j] = A[i * 256 + j] * T.float32(2.0) + T.Cast("float32", i)
+"""
+    mod = build(parse(src), "arm-graviton2")
+    reason = aarch64_tools_available()
+    if reason is not None:
+        pytest.skip(reason)
+    obj = mod.save_object(tmp_path / "rows.o")
+    a = np.random.default_rng(5).standard_normal(65536).astype(np.float32)
+    _, b = run_aarch64(obj, "rows", [a, np.zeros(65536, np.float32)])
+    np.testing.assert_array_equal(b, a * 2 + np.repeat(np.arange(256, dtype=np.float32), 256))

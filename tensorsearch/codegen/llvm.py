@@ -7,9 +7,10 @@
 
 The exported function is ``int32_t name(void *buf0, ..., scalar params by value)``: one data
 pointer per buffer parameter (the flat buffer's first element) in parameter order, scalars by
-value; it returns 0. Parallel loops are outlined into ``void name_parallel_k(void *closure)`` and
-run by libgomp's ``GOMP_parallel``; the global ``int32_t __tensorsearch_num_threads`` (0: the
-OpenMP default) sets the number of threads. ``name__repeat(args..., int64_t n)`` calls the
+value; it returns 0. Parallel loops are outlined into ``void name_parallel_k(void *closure, int32_t
+task, int32_t tasks)`` and run by the thread pool's ``__tensorsearch_parallel_launch``
+(:mod:`.threadpool`); the global ``int32_t __tensorsearch_num_threads`` (0: the pool's default)
+sets the number of threads. ``name__repeat(args..., int64_t n)`` calls the
 kernel ``n`` times (used by the timer).
 """
 
@@ -57,7 +58,7 @@ from ..ir.expr import (
     Sub,
     Var,
 )
-from ..ir.functor import post_order_visit
+from ..ir.functor import children, post_order_visit
 from ..ir.stmt import (
     Allocate,
     Block,
@@ -75,7 +76,7 @@ from ..ir.stmt import (
 from ..ir.structural import structural_equal
 from ..target import Hardware, resolve
 from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intrinsics
-from . import fastmath
+from . import fastmath, threadpool
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)
@@ -83,6 +84,10 @@ STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on th
 # over (_run_share), with counters for up to this many threads
 STEAL_CHUNKS = 4
 MAX_STEAL_THREADS = 256
+# a parallel loop that stores fewer elements than this runs on the calling thread alone unless
+# the module's thread count was set: waking another thread costs more than the loop (loop_work)
+SERIAL_WORK = 1 << 16
+UNKNOWN_EXTENT = 1 << 10  # loop_work's guess for a loop whose extent is not a constant
 REDUCTION_FLAGS = ("reassoc", "nsz")  # on a reduction update's fadd or fmuladd (_reduction_update)
 # on its maxnum/minnum: without nnan, LLVM 22's loop vectorizer takes a newer path for NaN-aware
 # max reductions that aborts on some loops (a cost-model assertion, BERT's 128-column softmax)
@@ -500,7 +505,8 @@ class _CodeGen:
         self.b.position_at_end(exit_bb)
 
     def parallel_for(self, s: For) -> None:
-        """Outline the loop into ``void f(closure*)`` run by GOMP_parallel on every thread."""
+        """Outline the loop into ``void f(closure*, i32 task, i32 tasks)``, run by the thread pool
+        (:mod:`.threadpool`) as a task per thread, or on the caller alone when the loop is small."""
         self.uses_parallel = True
         captured_vars: list[Var] = []
         captured_bufs: list[Buffer] = []
@@ -545,8 +551,8 @@ class _CodeGen:
         self.loop(s.loop_var, body_fn.args[-2], body_fn.args[-1], s.body)
         self.b.ret_void()
         self._finish()
-        # the function every thread runs: unpack the closure, run its share of the range
-        outlined = ir.Function(self.module, ir.FunctionType(VOID, [PTR]), name)
+        # the pool's task t of n: unpack the closure, run its share of the range
+        outlined = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I32, I32]), name)
         outlined.linkage = "internal"
         outlined.attributes.add("nounwind")
         self._begin(outlined, {}, {}, True)
@@ -560,7 +566,7 @@ class _CodeGen:
         steal_at = b.gep(outlined.args[0], [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
         p_lo, p_ext = loaded[-2], loaded[-1]
         self._run_share(lambda start, stop: b.call(body_fn, [*loaded[:-2], b.add(p_lo, start), b.add(p_lo, stop)]),
-                        p_ext, b.load(steal_at, typ=PTR))  # fmt: skip
+                        p_ext, b.load(steal_at, typ=PTR), outlined.args[1], outlined.args[2])  # fmt: skip
         b.ret_void()
         self._finish()
         self.fn = outer
@@ -575,25 +581,34 @@ class _CodeGen:
         self.b.store(
             counters, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
         )
-        gomp = self.declare("GOMP_parallel", VOID, [PTR, PTR, I32, I32])
-        nthreads = self.b.load(self.num_threads, typ=I32)
-        self.b.call(gomp, [outlined, closure, nthreads, ir.Constant(I32, 0)])
+        launch = self.declare(threadpool.LAUNCH_SYMBOL, VOID, [PTR, PTR, I32])
+        tasks = self.b.load(self.num_threads, typ=I32)
+        if loop_work(s) < SERIAL_WORK:  # the caller alone, unless a thread count was set
+            tasks = self.b.select(self.b.icmp_signed("==", tasks, ir.Constant(I32, 0)), ir.Constant(I32, 1), tasks)
+        self.b.call(launch, [outlined, closure, tasks])
 
-    def _run_share(self, run: Callable[[ir.Value, ir.Value], Any], ext: ir.Value, counters: ir.Value) -> None:
-        """This thread's iterations of a parallel loop of ``ext`` iterations: ``run(start, stop)``
+    def _run_share(
+        self,
+        run: Callable[[ir.Value, ir.Value], Any],
+        ext: ir.Value,
+        counters: ir.Value,
+        task: ir.Value,
+        tasks: ir.Value,
+    ) -> None:
+        """Task ``task`` of ``tasks`` of a parallel loop of ``ext`` iterations: ``run(start, stop)``
         for each chunk it takes.
 
-        Thread ``t`` of ``n`` owns the static block ``[t * ceil(ext / n), ...)``, cut into
+        Task ``t`` of ``n`` owns the static block ``[t * ceil(ext / n), ...)``, cut into
         ``STEAL_CHUNKS`` chunks that it runs in order, taking each from its counter (an atomic
-        increment); then it takes what is left of the other threads' blocks from theirs. On a
-        quiet machine every thread runs its own block, as a static schedule does (and keeps its
-        data in its caches from call to call); when one core runs slower (another process on it,
-        or on its sibling), the others finish its block instead of waiting for it. More threads
-        than ``MAX_STEAL_THREADS``: the static blocks alone."""
+        increment); then it takes what is left of the other tasks' blocks from theirs. On a
+        quiet machine every thread runs its own block, as a static schedule does; when a thread
+        runs late (descheduled, or its core shared), the others finish its block, and the task
+        it starts late finds nothing left. More tasks than ``MAX_STEAL_THREADS``: the static
+        blocks alone."""
         b = self.b
         it = ext.type
-        tid = self._int_resize(b.call(self.declare("omp_get_thread_num", I32, []), []), it, True)
-        nth = self._int_resize(b.call(self.declare("omp_get_num_threads", I32, []), []), it, True)
+        tid = self._int_resize(task, it, True)
+        nth = self._int_resize(tasks, it, True)
         block = b.sdiv(b.sub(b.add(ext, nth), ir.Constant(it, 1)), nth)
 
         def block_of(owner: ir.Value) -> tuple[ir.Value, ir.Value]:  # [owner * block, min(+ block, ext))
@@ -1295,6 +1310,21 @@ class _CodeGen:
         raise CodegenError(f"unsupported integer call {op}")
 
 
+def loop_work(s: Stmt) -> int:
+    """The elements ``s`` stores (and intrinsic calls it makes), loops multiplied out, as a
+    measure of its size: ``for i in 0..64: for j in 0..32: A[..] = x`` (x of 16 lanes) is 32768."""
+    if isinstance(s, For):
+        ext = s.extent.value if isinstance(s.extent, IntImm) else UNKNOWN_EXTENT
+        return ext * loop_work(s.body)
+    if isinstance(s, BufferStore | Evaluate):
+        return s.value.dtype.lanes
+    if isinstance(s, SeqStmt):
+        return sum(loop_work(x) for x in s.stmts)
+    if isinstance(s, IfThenElse):
+        return max(loop_work(s.then_case), 0 if s.else_case is None else loop_work(s.else_case))
+    return sum(loop_work(c) for c in children(s) if isinstance(c, Stmt))
+
+
 def _reduction_update(s: BufferStore) -> Add | Max | Min | None:
     """The ``+``, ``max`` or ``min`` of a scalar float32/float64 store ``B[i] = B[i] op x`` (a
     reduction block's update), else None.
@@ -1363,7 +1393,7 @@ def _check_intrinsic_features(func: PrimFunc, target: Hardware) -> None:
 
 
 def uses_parallel(llvm_ir: str) -> bool:
-    return "GOMP_parallel" in llvm_ir
+    return threadpool.LAUNCH_SYMBOL in llvm_ir
 
 
 def optimize(llvm_ir: str, target: Hardware | str | None = None, speed_level: int = 3) -> llvm.ModuleRef:

@@ -11,7 +11,17 @@ See docs/codegen.md.
 
 from .cuda import CudaModule, CudaRuntimeError
 from .memory import aligned_copy, aligned_empty, aligned_zeros
-from .module import LoadedModule, Module, Param, build, is_lowered, load_module, signature
+from .module import (
+    LoadedModule,
+    Module,
+    Param,
+    build,
+    default_threads,
+    is_lowered,
+    load_module,
+    load_threadpool,
+    signature,
+)
 from .timing import TimeResult, flush_cache_now
 
 __all__ = [
@@ -25,8 +35,10 @@ __all__ = [
     "aligned_empty",
     "aligned_zeros",
     "build",
+    "default_threads",
     "flush_cache_now",
     "is_lowered",
     "load_module",
+    "load_threadpool",
     "signature",
 ]

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..codegen import llvm as cg
+from ..codegen import threadpool as tp
 from ..ir.dtype import DataType, numpy_dtype, parse_dtype
 from ..ir.expr import IntImm
 from ..ir.functor import post_order_visit
@@ -117,17 +118,59 @@ def is_lowered(func: PrimFunc) -> bool:
     return not bad and all(len(b.shape) == 1 for b in func.buffers)
 
 
+def default_threads() -> int:
+    """Threads a parallel loop uses by default: ``TENSORSEARCH_NUM_THREADS``, else
+    ``OMP_NUM_THREADS``, else the CPUs this process may run on."""
+    for var in ("TENSORSEARCH_NUM_THREADS", "OMP_NUM_THREADS"):
+        value = os.environ.get(var, "").strip()
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return len(os.sched_getaffinity(0))
+
+
+def _set_pool_default(address: int, after_fork: int) -> None:
+    """Give a loaded thread pool the process's default thread count, and reset it in forked children."""
+    ctypes.c_int32.from_address(address).value = default_threads()
+    reset = ctypes.CFUNCTYPE(None)(after_fork)
+    os.register_at_fork(after_in_child=reset)
+    _POOL_RESETS.append(reset)
+
+
+_POOL_RESETS: list[Any] = []  # the ctypes functions os.register_at_fork holds
+
+
 @cache
-def _load_gomp() -> str:
+def load_threadpool() -> None:
+    """JIT-compile the process's thread pool (:mod:`tensorsearch.codegen.threadpool`) once and
+    register its launch function for the modules that call it. Its code is never freed: its
+    worker threads live as long as the process."""
     import llvmlite.binding as llvm
 
-    path = ctypes.util.find_library("gomp")
-    if path is None:
-        raise RuntimeError("parallel loops need the OpenMP runtime libgomp, which was not found (install libgomp1)")
-    lib = ctypes.CDLL(path, mode=ctypes.RTLD_GLOBAL)
-    for sym in ("GOMP_parallel", "omp_get_thread_num", "omp_get_num_threads"):
-        llvm.add_symbol(sym, ctypes.cast(getattr(lib, sym), ctypes.c_void_p).value)
-    return path
+    cg.target_machine(resolve(None))  # initializes LLVM
+    mod = llvm.parse_assembly(tp.threadpool_ir(host_triple(), shared=False))
+    missing = [f.name for f in mod.functions if f.is_declaration and not f.name.startswith("llvm.")]
+    missing = [name for name in missing if not _resolve_symbol(name)]
+    if missing:
+        raise RuntimeError(f"the thread pool needs C library functions this process lacks: {missing}")
+    engine = llvm.create_mcjit_compiler(mod, cg.target_machine(resolve(None), jit=True))
+    engine.finalize_object()
+    llvm.add_symbol(tp.LAUNCH_SYMBOL, engine.get_function_address(tp.LAUNCH_SYMBOL))
+    _set_pool_default(
+        engine.get_global_value_address(tp.DEFAULT_THREADS_SYMBOL), engine.get_function_address(tp.AFTER_FORK_SYMBOL)
+    )
+    engine.detach()  # never disposed: worker threads may be polling its code at exit
+
+
+def with_threadpool(llvm_ir: str, triple: str) -> Any:
+    """The module ``llvm_ir`` with the thread pool linked in (weak symbols), for an object file
+    that runs on its own."""
+    import llvmlite.binding as llvm
+
+    mod = llvm.parse_assembly(llvm_ir)
+    pool = llvm.parse_assembly(tp.threadpool_ir(triple, shared=True))
+    pool.data_layout = mod.data_layout
+    mod.link_in(pool)
+    return mod
 
 
 # LLVM calls this compiler-rt/libgcc routine (not an IR declaration, so not in the list above)
@@ -352,7 +395,8 @@ class _Runnable:
 
     @property
     def num_threads(self) -> int:
-        """Threads for parallel loops (0: the OpenMP default, OMP_NUM_THREADS or every core)."""
+        """Threads for parallel loops (0: :func:`default_threads`). Loops too small to pay for a
+        second thread run on the caller whatever this says (``codegen.llvm.SERIAL_WORK``)."""
         return 0 if self._threads is None else self._threads.value
 
     @num_threads.setter
@@ -395,7 +439,7 @@ class Module(_Runnable):
             for feature in self.tile_xfeatures:
                 request_xfeature(feature)
             if self.parallel:
-                _load_gomp()
+                load_threadpool()
             if "bfloat" in self.llvm_ir:
                 _bf16_libcalls()
             missing = [
@@ -436,7 +480,10 @@ class Module(_Runnable):
         return f"int32_t {self.name}({', '.join(args)});"
 
     def object_code(self) -> bytes:
-        return cg.emit_object(self.llvm_ir, self.target)
+        """The module's object file; one with parallel loops carries the thread pool (weak symbols)."""
+        if not self.parallel:
+            return cg.emit_object(self.llvm_ir, self.target)
+        return cg.emit_object(with_threadpool(self.llvm_ir, self.triple), self.target)
 
     def save_object(self, path: str | os.PathLike) -> str:
         """Write a relocatable object file (any target) and the JSON sidecar ``path + '.json'``."""
@@ -456,7 +503,7 @@ class Module(_Runnable):
                 f"module {self.name} was built for {self.triple}; save_object(path) writes its object file "
                 "(link it with that target's toolchain)"
             )
-        link_shared(self.object_code(), path, self.parallel)
+        link_shared(self.object_code(), path)
         self._write_sidecar(path)
         return path
 
@@ -502,15 +549,15 @@ def request_xfeature(feature: int) -> None:
     _GRANTED.add(feature)
 
 
-def link_shared(object_code: bytes, path: str, parallel: bool) -> None:
+def link_shared(object_code: bytes, path: str) -> None:
     """Link an object file of this machine's architecture into the shared library ``path``
-    (``$CC``, else ``cc``; libgomp when the code has parallel loops)."""
+    (``$CC``, else ``cc``)."""
     with tempfile.TemporaryDirectory() as tmp:
         obj = os.path.join(tmp, "module.o")
         with open(obj, "wb") as f:
             f.write(object_code)
         cc = os.environ.get("CC", "cc")
-        cmd = [cc, "-shared", "-o", path, obj, "-lm"] + (["-lgomp"] if parallel else [])
+        cmd = [cc, "-shared", "-o", path, obj, "-lm", "-lpthread"]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"linking {path} failed ({' '.join(cmd)}):\n{proc.stderr}")
@@ -541,6 +588,9 @@ class LoadedModule(_Runnable):
         rep = ctypes.cast(getattr(lib, meta["repeat_symbol"]), ctypes.c_void_p).value
         self._setup_ctypes(fn, rep)
         self._threads = ctypes.c_int32.in_dll(lib, meta["num_threads_symbol"])
+        if meta.get("parallel"):
+            address = ctypes.addressof(ctypes.c_int32.in_dll(lib, tp.DEFAULT_THREADS_SYMBOL))
+            _set_pool_default(address, ctypes.cast(getattr(lib, tp.AFTER_FORK_SYMBOL), ctypes.c_void_p).value)
 
     def __repr__(self) -> str:
         return f"<tensorsearch LoadedModule {self.name} from {self.path}>"
