@@ -60,7 +60,7 @@ def _standins(build_s: float, run_s: float):
 
     from tensorsearch.search.measure import _Runner
 
-    def build(func, target):
+    def build(func, target, niceness=None):
         time.sleep(build_s)
         return {"error": None, "binary": b"", "object": False, "sidecar": "{}", "seconds": build_s}
 

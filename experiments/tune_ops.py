@@ -4,12 +4,12 @@ Run from the repository root:
 
     python experiments/tune_ops.py [--trials 256] [--ops C1D,C2D,GMM:3@256,...] [--dtypes int8,float32]
                                    [--out DIR | --update-tracked] [--work-dir DIR] [--tvm-python PATH]
-                                   [--hardware NAME] [--weights-ahead]
+                                   [--hardware NAME [--allow-other-cpu]] [--weights-ahead]
 
 For every operator (``NAME`` is its first table shape, ``NAME:I`` shape ``I``; the default list is
 the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM the
 issue's targets name; ``NAME:I@T`` tunes that one for ``T`` trials) and every dtype, it tunes the
-workload on ``hardware.load("host")`` (or ``--hardware NAME``, a descriptor this machine runs) for ``--trials`` trials, checks the best module against numpy on fresh random inputs, then re-times
+workload on ``hardware.load("host")`` (or ``--hardware NAME``, a descriptor this machine is, or runs with ``--allow-other-cpu``) for ``--trials`` trials, checks the best module against numpy on fresh random inputs, then re-times
 it over ``--rounds`` rounds interleaved with the references measured in the same run:
 
 * **float32: numpy** -- the workload's numpy reference (``tensorsearch.workloads.reference``)
@@ -181,7 +181,10 @@ def tune_one(
     print(f"== {wl.key}: tuning {trials} trials in {work_dir}", file=sys.stderr)
     with ProgressBar(sys.stderr) as bar:
         target = mark_layout_free(wl.func, [1]) if ahead else wl
-        result = tune(target, hw, trials, work_dir, seed=args.seed, address=args.address, progress=bar)
+        result = tune(
+            target, hw, trials, work_dir, seed=args.seed, address=args.address, progress=bar,
+            allow_other_cpu=args.allow_other_cpu,
+        )  # fmt: skip
     write_curve_csv(work_dir / "tuning_curve.csv", result.curve, result.unit)
     write_curve_png(work_dir / "tuning_curve.png", result.curve, f"{wl.key} on {hw.name}", result.unit)
     if result.trace is not None:
@@ -433,6 +436,11 @@ def main() -> None:
         "--hardware",
         default="host",
         help="descriptor to tune for, one this machine runs (default host; x86-emeraldrapids on an AMX host: int8 on VNNI)",
+    )
+    ap.add_argument(
+        "--allow-other-cpu",
+        action="store_true",
+        help="time here even where this CPU is not the one --hardware describes (each record names the CPU that timed it)",
     )
     ap.add_argument(
         "--weights-ahead",

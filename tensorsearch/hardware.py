@@ -4,7 +4,20 @@ The descriptors live in the target layer (:mod:`tensorsearch.target.hardware`); 
 the user-facing spelling of it, and nothing inside the package imports it.
 """
 
-from .target.hardware import GPU, Caches, Hardware, HardwareWarning, SearchSpec, available, host, load, parse, resolve
+from .target.hardware import (
+    GPU,
+    Caches,
+    CpuIdentity,
+    Hardware,
+    HardwareWarning,
+    SearchSpec,
+    available,
+    host,
+    host_identity,
+    load,
+    parse,
+    resolve,
+)
 from .target.reader import HardwareError, read_yaml
 
 
@@ -18,12 +31,14 @@ def search_path() -> list:
 __all__ = [
     "GPU",
     "Caches",
+    "CpuIdentity",
     "Hardware",
     "HardwareError",
     "HardwareWarning",
     "SearchSpec",
     "available",
     "host",
+    "host_identity",
     "load",
     "parse",
     "read_yaml",

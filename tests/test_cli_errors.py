@@ -47,6 +47,31 @@ def test_hardware_this_cpu_cannot_run_is_refused_before_the_search(tmp_path):
     assert not (tmp_path / "w" / "database").exists()
 
 
+def test_hardware_of_another_cpu_is_refused_in_one_line_unless_allowed(tmp_path):
+    """Code for another CPU of this architecture would run here, and its timings be this
+    machine's, filed as the other CPU's: refused, naming this CPU and the opt-in."""
+    from tensorsearch.target import host, host_identity
+
+    here = host_identity()
+    if here.arch != "x86_64" or not host().has_feature("avx2") or not host().has_feature("fma"):
+        pytest.skip("the descriptor of another CPU is an AVX2 one: this needs an x86-64 CPU with AVX2 and FMA")
+    other = "haswell" if here.cpu != "haswell" else "broadwell"
+    (tmp_path / "other.yaml").write_text(
+        f"name: other-cpu\nkind: cpu\ntriple: {host().triple}\ncpu: {other}\nfeatures: [+avx2, +fma]\ncores: 2\n"
+        "vector_bits: 256\ncaches: {l1d: 32 KiB, l2: 256 KiB, l3: 8 MiB}\n"
+    )
+    proc = run("tune", "GMM", "--hardware", "other.yaml", "--trials", "4", "--work-dir", "w", cwd=tmp_path)
+    assert proc.returncode == 2
+    (line,) = errors(proc)
+    assert line == (
+        f"tensorsearch tune: error: this machine is not other-cpu: it is an {here.describe()}, not a {other}; "
+        "tune with --hardware host, or pass --allow-other-cpu (allow_other_cpu=True) to time here anyway "
+        "(each record then names the CPU that timed it)"
+    )
+    assert not (tmp_path / "w" / "database").exists()
+    assert "--allow-other-cpu" in run("tune", "--help", cwd=tmp_path).stdout
+
+
 def test_work_dir_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "w").write_text("not a directory")
     proc = run("tune", "GMM", "--hardware", "host", "--trials", "4", "--work-dir", "w", cwd=tmp_path)

@@ -85,8 +85,12 @@ def a_trace(func):
 def test_tune_writes_curve_traces_and_summary(monkeypatch, tmp_path, capsys):
     calls = []
 
-    def fake_tune(wl, hw, trials, work_dir, seed=0, *, address=None, config=None, progress=None, transfer_from=()):
+    def fake_tune(
+        wl, hw, trials, work_dir, seed=0, *, address=None, config=None, progress=None, transfer_from=(),
+        allow_other_cpu=False,
+    ):  # fmt: skip
         calls.append(dict(wl=wl, hw=hw, trials=trials, work_dir=work_dir, seed=seed, address=address))
+        calls[-1]["allow_other_cpu"] = allow_other_cpu
         for done in range(trials + 1):
             progress(
                 SimpleNamespace(
@@ -124,6 +128,7 @@ def test_tune_writes_curve_traces_and_summary(monkeypatch, tmp_path, capsys):
     assert call["wl"] == get("GMM", 0, "int8")
     assert call["hw"].name == "x86-emeraldrapids"
     assert (call["trials"], Path(call["work_dir"]), call["seed"], call["address"]) == (4, work, 7, "ray://x:1")
+    assert call["allow_other_cpu"] is False  # --allow-other-cpu not given: tune refuses another CPU
 
     out, err = capsys.readouterr()
     assert "[" in err and "4/4 trials" in err and "best 40 GOPS" in err  # the progress bar (not a TTY)
@@ -162,8 +167,9 @@ def test_interrupt_keeps_records_and_exits_130(monkeypatch, tmp_path, capsys):
     work = tmp_path / "work"
 
     def interrupted_tune(
-        wl, hw, trials, work_dir, seed=0, *, address=None, config=None, progress=None, transfer_from=()
-    ):
+        wl, hw, trials, work_dir, seed=0, *, address=None, config=None, progress=None, transfer_from=(),
+        allow_other_cpu=False,
+    ):  # fmt: skip
         db = Database(work_dir)
         other = get("GMM", 1, "float32").func
         for t, func in enumerate([wl.func, wl.func, other, wl.func]):  # 3 of this workload, 1 of another
@@ -185,6 +191,23 @@ def test_interrupt_keeps_records_and_exits_130(monkeypatch, tmp_path, capsys):
     )
     assert "4/8 trials" in err  # the latest progress was printed before the message
     assert not (work / "tuning_curve.png").exists()
+
+
+def test_allow_other_cpu_reaches_tune_and_model_tune(monkeypatch, tmp_path):
+    from tensorsearch.cli.main import build_parser
+
+    seen = []
+
+    def stopped_tune(*args, allow_other_cpu=False, **kwargs):
+        seen.append(allow_other_cpu)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tensorsearch.search, "tune", stopped_tune, raising=False)
+    assert main(tune_args(tmp_path / "w", "--allow-other-cpu")) == 130
+    assert seen == [True]
+    model = ["model", "tune", "m.onnx", "--hardware", "host", "--trials", "1"]
+    assert build_parser().parse_args([*model, "--allow-other-cpu"]).allow_other_cpu is True
+    assert build_parser().parse_args(model).allow_other_cpu is False
 
 
 def test_cli_module_does_not_import_ray():

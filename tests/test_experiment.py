@@ -98,6 +98,15 @@ def test_concurrent_tasks_is_read_and_checked(tmp_path):
         load_experiment(path)
 
 
+def test_allow_other_cpu_is_read_and_checked(tmp_path):
+    _two_task_onnx(tmp_path / "two.onnx")
+    assert load_experiment(_write(tmp_path, GOOD)).allow_other_cpu is False
+    assert load_experiment(_write(tmp_path, GOOD + "allow_other_cpu: true\n")).allow_other_cpu is True
+    path = _write(tmp_path, GOOD + "allow_other_cpu: 1\n")
+    with pytest.raises(ExperimentError, match=r"allow_other_cpu: must be true or false, not 1"):
+        load_experiment(path)
+
+
 def test_not_yaml_and_not_a_mapping(tmp_path):
     with pytest.raises(ExperimentError, match=r"not valid YAML at line 2, column 1: expected ',' or '\]'"):
         load_experiment(_write(tmp_path, "output: [unclosed\n"))

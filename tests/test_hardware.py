@@ -206,6 +206,50 @@ def test_host_derives_a_descriptor_when_a_feature_is_missing():
     assert arm.name == "arm-graviton2"
 
 
+def test_a_machine_is_the_descriptor_only_with_its_cpu_and_the_features_it_lists():
+    znver4 = hardware.load("x86-znver4")
+    zen = hardware.CpuIdentity("x86_64", "znver4", "AMD EPYC 9R14 96-Core Processor", "0123456789ab")
+    assert znver4.why_not_machine(zen, ZNVER4_FEATURES) is None
+    assert znver4.why_not_machine(zen, ZNVER4_FEATURES | {"amx-tile"}) is None  # features it does not list: either way
+    xeon = dataclasses.replace(zen, cpu="icelake-server", model="Intel(R) Xeon(R) Processor @ 2.80GHz")
+    assert znver4.why_not_machine(xeon, ZNVER4_FEATURES) == (
+        "it is an x86_64 icelake-server (Intel(R) Xeon(R) Processor @ 2.80GHz), not a znver4"
+    )
+    assert znver4.why_not_machine(xeon, None) is not None  # the CPU alone tells
+    assert znver4.why_not_machine(zen, ZNVER4_FEATURES - {"avx512bf16"}) == (
+        "it is an x86_64 znver4 (AMD EPYC 9R14 96-Core Processor) without avx512bf16"
+    )
+    no_avx512 = dataclasses.replace(znver4, name="zen4-no-avx512", features=("+avx2", "-avx512f"))
+    assert no_avx512.why_not_machine(zen, ZNVER4_FEATURES).endswith("with avx512f, which zen4-no-avx512 disables")
+    generic = dataclasses.replace(znver4, cpu="x86-64-v3", features=("+avx2", "+fma"))
+    assert generic.why_not_machine(xeon, ZNVER4_FEATURES) is None  # a generic CPU claims no model
+    arm = dataclasses.replace(zen, arch="aarch64", cpu="neoverse-n1", model=None)
+    assert znver4.why_not_machine(arm, ()) == "it is an aarch64 neoverse-n1, not an x86_64 machine"
+    assert hardware.load("nvidia-sm86").why_not_machine(xeon, ()) is None  # a GPU descriptor describes no CPU
+
+
+def test_this_machine_is_host_and_not_a_descriptor_of_another_cpu():
+    here = hardware.host_identity()
+    assert here.cpu == llvm.get_host_cpu_name() and len(here.features) == 12
+    assert hardware.CpuIdentity.from_json(here.to_json()) == here
+    host = hardware.load("host")
+    assert host.why_not_this_machine() is None
+    other = "znver3" if here.cpu != "znver3" else "skylake"
+    why = dataclasses.replace(host, cpu=other).why_not_this_machine()
+    assert why == f"it is an {here.describe()}, not a {other}"
+    with pytest.raises(ValueError, match="the CPU identity's 'cpu' is missing or not a string"):
+        hardware.CpuIdentity.from_json({"arch": "x86_64", "features": "0" * 12})
+
+
+def test_cpuinfo_model_name(tmp_path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: AuthenticAMD\nmodel name\t: AMD  EPYC 9R14\nflags\t: fpu\n")
+    assert hardware._cpuinfo_model(info) == "AMD EPYC 9R14"
+    info.write_text("processor\t: 0\nCPU part\t: 0xd0c\n")  # an aarch64 kernel's: no model name
+    assert hardware._cpuinfo_model(info) is None
+    assert hardware._cpuinfo_model(tmp_path / "missing") is None
+
+
 def test_parse_from_string_and_hardware_fields_extensible():
     hw = hardware.parse(GOOD, "inline")
     assert isinstance(hw, Hardware) and hw.source == "inline"

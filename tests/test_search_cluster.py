@@ -160,6 +160,28 @@ def test_node_labels_decide_which_descriptors_a_node_times():
     )
 
 
+def test_a_node_whose_cpu_is_not_the_descriptors_is_refused_unless_allowed():
+    from tensorsearch.search.measure import other_cpu, timing_refusal
+
+    znver4, graviton = hardware.load("x86-znver4"), hardware.load("arm-graviton2")
+    zen = {"arch": "x86_64", "cpu": "znver4", "model": "AMD EPYC 9R14", "features": "0" * 12}
+    present = sorted(f[1:] for f in znver4.features)
+    node = {"triple": "x86_64-unknown-linux-gnu", "identity": zen, "present": present, "absent": []}
+    node.update(hardware=[], emulates=[], emulation_missing={})
+    assert timing_refusal(znver4, node) == (None, False) and other_cpu(znver4, node) is None
+    xeon = {**node, "identity": {**zen, "cpu": "icelake-server", "model": "Intel(R) Xeon(R) Processor"}}
+    why = "it is an x86_64 icelake-server (Intel(R) Xeon(R) Processor), not a znver4"
+    assert other_cpu(znver4, xeon) == why
+    assert timing_refusal(znver4, xeon) == (
+        f"{why} (--allow-other-cpu, or allow_other_cpu=True, times there anyway)",
+        False,
+    )
+    assert timing_refusal(znver4, xeon, allow_other_cpu=True) == (None, False)
+    # a node that runs aarch64 code under qemu only checks it: its own CPU is no matter
+    emulating = {**xeon, "emulates": ["aarch64"], "emulation_missing": {"aarch64": None}}
+    assert timing_refusal(graviton, emulating) == (None, True)
+
+
 def test_a_killed_driver_on_the_cluster_is_resumed_by_another(cluster_run):
     killed = cluster_run["killed_driver"]
     before, after = killed["before"], killed["after"]

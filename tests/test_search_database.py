@@ -63,6 +63,30 @@ def test_emulated_records_are_kept_but_never_ranked(tmp_path):
     assert TuningRecord.from_json({k: v for k, v in lines[0].items() if k != "emulated"}) == native  # older lines
 
 
+def test_a_record_keeps_the_cpu_that_timed_it(tmp_path):
+    db = Database(tmp_path)
+    wk, hk = db.commit_workload(GMM.func), hardware_key(ZEN)
+    xeon = hardware.CpuIdentity("x86_64", "icelake-server", "Intel(R) Xeon(R) Processor @ 2.80GHz", "e995f7517e3b")
+    timed = dataclasses.replace(record(wk, hk, "a", (3e-4,)), measured_on=xeon)
+    unknown = record(wk, hk, "b", (2e-4,))  # a GPU's, or written before the CPU was kept
+    for r in (timed, unknown):
+        db.commit_record(r)
+    db.close()
+    lines = [json.loads(line) for line in (tmp_path / "database" / "tuning_records.jsonl").read_text().splitlines()]
+    assert lines[0]["measured_on"] == {
+        "arch": "x86_64",
+        "cpu": "icelake-server",
+        "model": "Intel(R) Xeon(R) Processor @ 2.80GHz",
+        "features": "e995f7517e3b",
+    }
+    assert lines[1]["measured_on"] is None
+    assert Database(tmp_path).records(wk, hk) == [timed, unknown]
+    old = {k: v for k, v in lines[0].items() if k != "measured_on"}  # a line written before it was kept
+    assert TuningRecord.from_json(old) == dataclasses.replace(timed, measured_on=None)
+    with pytest.raises(ValueError, match="the CPU identity's 'features' is missing"):
+        TuningRecord.from_json({**lines[0], "measured_on": {"arch": "x86_64", "cpu": "znver4"}})
+
+
 def test_round_trip_and_resume(tmp_path):
     db = Database(tmp_path)
     wk = db.commit_workload(GMM.func, GMM.key)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from cuda_util import gpu_missing, needs_nvcc
 
-from tensorsearch import te, workloads
+from tensorsearch import hardware, te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
 from tensorsearch.search.measure import Measurer, MeasureResult, init_ray
@@ -115,6 +115,44 @@ def test_init_ray_is_idempotent(f32):
 
     init_ray()
     assert ray.is_initialized()
+
+
+def test_ray_workers_run_at_the_drivers_niceness(f32):
+    """Ray starts its workers at niceness 15 unless told otherwise: beside a busy neighbour the
+    builds, the search and the timing got ~2% of a core. Every one runs at the command's."""
+    import ray
+
+    from tensorsearch.search.parallel import RayEvaluator
+    from tensorsearch.search.space import DesignSpace
+
+    driver = os.nice(0)
+    ready = [ray.get(slot.actor.ready.remote()) for slot in f32.pool.slots]
+    assert ready and all(r["niceness"] == driver and r["priority"] is None for r in ready), ready
+    assert ray.get(ray.remote(num_cpus=1)(lambda: os.nice(0)).remote()) == driver  # a build task's worker
+    evaluator = RayEvaluator(DesignSpace(F32.func, hardware.load(HW)), workers=1)
+    try:
+        assert ray.get([a.niceness.remote() for a in evaluator.actors]) == [driver]
+    finally:
+        evaluator.close()
+    results = f32.measure([F32.func])  # the result names the CPU of the node that timed it
+    assert results[0].measured_on == hardware.host_identity()
+
+
+def test_a_worker_that_may_not_take_the_drivers_niceness_says_why(monkeypatch):
+    import errno
+
+    from tensorsearch.search import measure
+
+    def refuse(which, who, value):
+        raise PermissionError(errno.EACCES, "Permission denied")
+
+    monkeypatch.setattr(measure.os, "setpriority", refuse)
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    assert measure.take_niceness(now) is None and measure.take_niceness(None) is None
+    assert measure.take_niceness(now - 1) == (
+        f"its Ray workers run at niceness {now} and may not change it to the driver's {now - 1} "
+        "(Permission denied: lowering it takes root or CAP_SYS_NICE)"
+    )
 
 
 def test_correct_float32_candidates(f32):

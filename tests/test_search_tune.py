@@ -366,6 +366,66 @@ def test_tuning_for_hardware_this_cpu_cannot_run_says_so_before_starting(tmp_pat
         assert not (tmp_path / "w").exists()
 
 
+def _other_cpu_folder(tmp_path: Path) -> Path:
+    """A folder with other-cpu.yaml: an AVX2 descriptor whose code runs on this x86 CPU, naming
+    another CPU than this one (haswell, or broadwell on a Haswell)."""
+    if HOST.arch != "x86_64" or not HOST.has_feature("avx2") or not HOST.has_feature("fma"):
+        pytest.skip("the descriptor of another CPU is an AVX2 one: this needs an x86-64 CPU with AVX2 and FMA")
+    other = "haswell" if hardware.host_identity().cpu != "haswell" else "broadwell"
+    folder = tmp_path / "descriptors"
+    folder.mkdir()
+    (folder / "other-cpu.yaml").write_text(
+        f"name: other-cpu\nkind: cpu\ntriple: {HOST.triple}\ncpu: {other}\nfeatures: [+avx2, +fma]\n"
+        f"cores: {os.cpu_count() or 1}\nvector_bits: 256\ncaches: {{l1d: 32 KiB, l2: 256 KiB, l3: 8 MiB}}\n"
+    )
+    return folder
+
+
+def test_tuning_for_another_cpu_is_refused_and_with_the_opt_in_records_the_cpu_that_timed(
+    tmp_path, monkeypatch, capsys
+):
+    """Code for another CPU of this architecture runs here, but its timings are this machine's:
+    tune refuses, naming this CPU and the way out; allowed, it warns, and every record it times
+    names this CPU; ``tensorsearch show`` lists the work dir and warns of its best record."""
+    from tensorsearch.cli import main
+
+    monkeypatch.setenv("TENSORSEARCH_HARDWARE_PATH", str(_other_cpu_folder(tmp_path)))
+    other, here = hardware.load("other-cpu"), hardware.host_identity()
+    wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
+    with pytest.raises(TuneError) as refused:
+        ts.tune(wl, "other-cpu", trials=2, work_dir=tmp_path / "refused", config=SMALL, workers=0)
+    assert str(refused.value) == (
+        f"tune: this machine is not other-cpu: it is an {here.describe()}, not a {other.cpu}; tune with "
+        "--hardware host, or pass --allow-other-cpu (allow_other_cpu=True) to time here anyway (each record then "
+        "names the CPU that timed it)"
+    )
+    assert not (tmp_path / "refused").exists()
+    with pytest.warns(
+        UserWarning, match=rf"times other-cpu candidates on another CPU \(it is an .*, not a {other.cpu}\)"
+    ):
+        result = ts.tune(
+            wl, "other-cpu", trials=2, work_dir=tmp_path / "w", config=SMALL, workers=0, allow_other_cpu=True
+        )
+    _check(wl, result.module)
+    timed = [r for r in result.records if r.node is not None]
+    assert timed and all(r.measured_on == here for r in timed)
+    again = Database(tmp_path / "w").records(workload_key(wl.func), hardware_key(other))
+    assert [r.measured_on for r in again] == [r.measured_on for r in result.records]  # kept on disk
+    events = Database(tmp_path / "w").infrastructure()
+    assert [e["kind"] for e in events if e["kind"] == "node_other_cpu"] == ["node_other_cpu"]
+
+    capsys.readouterr()
+    assert main(["show", str(tmp_path / "w")]) == 0
+    out, err = capsys.readouterr()
+    assert out.splitlines()[1].split()[-2:] == ["timed", "on"]
+    row = next(line for line in out.splitlines() if line.startswith("GMM"))
+    assert row.endswith(here.describe()) and " other-cpu " in row
+    assert (
+        f"tensorsearch show: warning: the best record of {wl.key} for other-cpu was timed on another machine: "
+        f"it is an {here.describe()}, not a {other.cpu}; its latency is that machine's"
+    ) in err
+
+
 GPU_TUNE = """
 import json, warnings
 warnings.simplefilter("ignore")

@@ -1,4 +1,5 @@
-"""``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR;
+"""``tensorsearch workloads`` lists the paper's operators; ``tensorsearch show NAME`` prints one's IR
+(``tensorsearch show WORK_DIR`` lists a tuning work dir's records);
 ``tensorsearch match NAME --hardware HW`` explains how its blocks map onto the target's tensor intrinsics;
 ``tensorsearch tune NAME --hardware HW --trials N --work-dir DIR`` searches for its fastest schedule;
 ``tensorsearch model tasks|run MODEL`` lists a whole model's tasks, or compiles and runs it beside onnxruntime."""
@@ -30,6 +31,8 @@ def _cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
+    if (Path(args.name) / "database" / "tuning_records.jsonl").is_file() and args.trace is None:
+        return _show_work_dir(Path(args.name))
     prog = _program(args, "float32", trace=args.trace)
     func = prog.func
     header = f"# {prog.label}"
@@ -53,6 +56,56 @@ def _cmd_show(args: argparse.Namespace) -> int:
     print(header)
     print(func.script())
     return 0
+
+
+def _show_work_dir(work_dir: Path) -> int:
+    """List a work dir's records: per workload and hardware, how many, the best latency and the
+    CPU that timed the best, with a warning where that CPU is not the descriptor's."""
+    from ..search.database import Database
+    from ..search.report import format_table
+
+    db = Database.open_existing(work_dir)
+    try:
+        rows, others = [], []
+        for wk, hk in db.pairs():
+            records = db.records(wk, hk)
+            best = db.best(wk, hk, 1)
+            name = db.workload_name(wk) or wk
+            hw_name = hk.rsplit("-", 1)[0]
+            ms = f"{db.latency(best[0]) * 1e3:.4g}" if best else "-"
+            on = best[0].measured_on if best else None
+            failed = sum(1 for r in records if not r.ok)
+            rows.append((name, hw_name, len(records), failed, ms, "-" if on is None else on.describe()))
+            hw = _descriptor_of(hk) if on is not None else None
+            why = None if hw is None or on is None else hw.why_not_machine(on, None)
+            if why is not None:
+                others.append(f"the best record of {name} for {hw_name} was timed on another machine: {why}")
+    finally:
+        db.close()
+    print(f"# {work_dir / 'database'}: {len(db)} records of {len(rows)} workload-hardware pairs")
+    print(format_table(rows, ["workload", "hardware", "records", "failed", "best ms", "timed on"]))
+    for line in others:
+        warnings.warn(f"{line}; its latency is that machine's", stacklevel=2)
+    return 0
+
+
+def _descriptor_of(hardware_key: str):
+    """The descriptor (a shipped one, or this machine's ``host``) whose hardware key is
+    ``hardware_key``; None when none is."""
+    from ..search.database import hardware_key as key_of
+    from ..target import HardwareError, available, host
+
+    name = hardware_key.rsplit("-", 1)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # host(): "no shipped descriptor matches" says nothing here
+        try:
+            found = [load(name)] if name in available() else []
+        except HardwareError:
+            found = []
+        for hw in [*found, host()]:
+            if key_of(hw) == hardware_key:
+                return hw
+    return None
 
 
 def _program(args: argparse.Namespace, default_dtype: str, trace: str | None = None) -> Program:
@@ -145,6 +198,15 @@ def add_address_argument(p: argparse.ArgumentParser) -> None:
         "--address",
         help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
         "'local' forces the private one)",
+    )
+
+
+def add_allow_other_cpu_argument(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--allow-other-cpu",
+        action="store_true",
+        help="time on machines whose CPU is not the one --hardware describes (refused by default); "
+        "each record names the CPU that timed it",
     )
 
 
@@ -247,6 +309,7 @@ def _tune_held(args: argparse.Namespace, prog: Program, hw, work_dir: Path) -> i
             address=args.address,
             progress=bar,
             transfer_from=args.transfer,
+            allow_other_cpu=args.allow_other_cpu,
         )
     except KeyboardInterrupt:
         bar.close()
@@ -304,11 +367,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser = lambda *a, **k: _add_parser(*a, parents=[common], **k)  # type: ignore[method-assign]
     p = sub.add_parser("workloads", help="list the paper's operator workloads")
     p.set_defaults(fn=_cmd_workloads)
-    p = sub.add_parser("show", help="print a workload's TensorIR")
+    p = sub.add_parser("show", help="print a workload's TensorIR, or list a tuning work dir's records")
     p.add_argument(
         "name",
         metavar="NAME",
-        help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs or script text",
+        help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs "
+        "or script text; or a tuning work dir: its records, best latencies and the CPUs that timed them",
     )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
     p.add_argument("--dtype", help="float32 (default), float16 or int8")
@@ -360,6 +424,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="pre-train the cost model on this database's records of other workloads on the same hardware "
         "(a work dir or its database directory; repeatable; the work dir's own database is always used)",
     )
+    add_allow_other_cpu_argument(p)
     p.set_defaults(fn=_cmd_tune)
     p = sub.add_parser(
         "experiment", help="run (or resume) an experiment file: operators and models x hardware x seeds, with tables"

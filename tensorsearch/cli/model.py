@@ -58,7 +58,7 @@ def add_parsers(sub: Any) -> None:
 
 
 def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
-    from .main import _positive_int, add_address_argument
+    from .main import _positive_int, add_address_argument, add_allow_other_cpu_argument
 
     q.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. host or x86-znver4")
     q.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure over all tasks")
@@ -89,6 +89,7 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
         "cluster, label the nodes that time tensorsearch.role=timing)",
     )
     add_address_argument(q)
+    add_allow_other_cpu_argument(q)
 
 
 def _input_shapes(specs: list[str]) -> dict[str, Any]:
@@ -170,6 +171,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         result = tune_model(
             graph, hw, args.trials, work_dir, strategy=args.strategy, seed=args.seed, address=args.address,
             progress=progress, layout=args.layout, flush_cache=args.cache_flush, concurrent_tasks=args.concurrent_tasks,
+            allow_other_cpu=args.allow_other_cpu,
         )  # fmt: skip
     except WorkDirBusy as busy:
         print(f"tensorsearch model tune: error: {busy.message('--work-dir')}", file=sys.stderr)

@@ -70,7 +70,7 @@ from typing import Any
 
 from ..ir.stmt import PrimFunc
 from ..ir.structural import structural_hash
-from ..target import Hardware, load
+from ..target import CpuIdentity, Hardware, load
 
 __all__ = ["DATABASE_FORMAT", "Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
 
@@ -148,6 +148,10 @@ class TuningRecord:
     ``candidate_key`` is the structural hash of the final (postprocessed) function, ``trace`` the
     JSON text of its whole schedule trace, ``latencies`` the seconds per call of each timed repeat
     (empty when it failed, and then ``error`` says why), ``trial`` its number in the tuning run.
+    ``measured_on`` is the CPU of the machine that timed it (the runner's node, on a cluster):
+    the descriptor's own CPU unless the run was allowed to time elsewhere (``allow_other_cpu``);
+    None for a GPU descriptor, a candidate never run or run under qemu, and records written
+    before it was kept.
     """
 
     workload_key: str
@@ -163,6 +167,7 @@ class TuningRecord:
     run_start: float | None = None  # wall-clock seconds on that node: its check run began ...
     run_end: float | None = None  # ... and its timing ended (timings never overlap on a node)
     emulated: bool = False  # run under qemu (no node runs the code natively): checked, never ranked
+    measured_on: CpuIdentity | None = None  # the CPU that timed it (see the class docstring)
 
     @property
     def ok(self) -> bool:
@@ -183,6 +188,7 @@ class TuningRecord:
     def to_json(self) -> dict[str, Any]:
         d = {"format": DATABASE_FORMAT, **dataclasses.asdict(self)}
         d["latencies"] = list(self.latencies)
+        d["measured_on"] = None if self.measured_on is None else self.measured_on.to_json()
         return d
 
     @staticmethod
@@ -207,10 +213,12 @@ class TuningRecord:
             run_start=None if d.get("run_start") is None else float(d["run_start"]),
             run_end=None if d.get("run_end") is None else float(d["run_end"]),
             emulated=bool(d.get("emulated", False)),
+            measured_on=None if d.get("measured_on") is None else CpuIdentity.from_json(d["measured_on"]),
         )
 
 
-_OPTIONAL_FIELDS = ("node", "run_start", "run_end", "emulated")  # absent from lines written before they were kept
+# absent from lines written before they were kept
+_OPTIONAL_FIELDS = ("node", "run_start", "run_end", "emulated", "measured_on")
 
 
 def _decode(line: bytes) -> tuple[dict[str, Any] | None, int | None, Exception | None]:
@@ -617,6 +625,10 @@ class Database:
     def records(self, workload_key: str, hardware_key: str) -> list[TuningRecord]:
         """Every record of the workload on that hardware (and no other), in commit order."""
         return list(self._records.get((workload_key, hardware_key), ()))
+
+    def pairs(self) -> list[tuple[str, str]]:
+        """The (workload key, hardware key) pairs that have records, in the order of their first record."""
+        return list(self._records)
 
     def hardware_records(self, hardware_key: str) -> dict[str, list[TuningRecord]]:
         """Every record measured on that hardware, by workload key (each list in commit order);

@@ -18,6 +18,7 @@ one table at the end. The file (validated when it is read, every error naming th
     strategy: gradient                   # tune_model's, for models
     concurrent_tasks: 1                  # tune_model's: the tasks of a model whose rounds run at once
     address: null                        # a Ray cluster (default: RAY_ADDRESS, else a local one)
+    allow_other_cpu: false               # tune's: time on machines whose CPU is not the descriptor's
     search: {population_size: 128}       # any SearchConfig field
 
 Each cell (item, hardware, seed) tunes in its own work dir, ``OUTPUT/work/<item>-<hardware>-s<seed>``,
@@ -101,6 +102,7 @@ class Experiment:
     concurrent_tasks: int = 1
     address: str | None = None
     search: SearchConfig = field(default_factory=SearchConfig)
+    allow_other_cpu: bool = False
 
     def cells(self) -> list[tuple[OperatorItem | ModelItem, str, int]]:
         """(item, hardware, seed) in the order they run: operators first, then models."""
@@ -114,7 +116,7 @@ class Experiment:
 
 _TOP_KEYS = {
     *("name", "output", "hardware", "trials", "seeds", "operators", "models"),
-    *("strategy", "concurrent_tasks", "address", "search"),
+    *("strategy", "concurrent_tasks", "address", "search", "allow_other_cpu"),
 }
 
 
@@ -150,6 +152,9 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
     if strategy not in STRATEGIES:
         raise r.error("strategy", f"must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
     address = data.get("address")
+    allow_other_cpu = data.get("allow_other_cpu", False)
+    if not isinstance(allow_other_cpu, bool):
+        raise r.error("allow_other_cpu", f"must be true or false, not {allow_other_cpu!r}")
     return Experiment(
         path=path,
         name=str(data.get("name", path.stem)),
@@ -163,6 +168,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         concurrent_tasks=r.integer(data.get("concurrent_tasks", 1), "concurrent_tasks", low=1),
         address=None if address is None else r.string(address, "address"),
         search=r.search(data.get("search", {}), "search"),
+        allow_other_cpu=allow_other_cpu,
     )
 
 
@@ -334,7 +340,10 @@ def _run_cell(exp: Experiment, item: OperatorItem | ModelItem, hw: str, seed: in
     trials = item.trials or exp.trials
     row: dict[str, Any] = {"kind": _kind(item), "item": item.label, "hardware": hw, "seed": seed}
     if isinstance(item, OperatorItem):
-        result = tune(item.workload(), hw, trials, work, seed, address=exp.address, config=exp.search)
+        result = tune(
+            item.workload(), hw, trials, work, seed, address=exp.address, config=exp.search,
+            allow_other_cpu=exp.allow_other_cpu,
+        )  # fmt: skip
         row.update(
             trials=result.trials,
             best_ms=f"{result.latency * 1e3:.4g}",
@@ -349,6 +358,7 @@ def _run_cell(exp: Experiment, item: OperatorItem | ModelItem, hw: str, seed: in
     model = tune_model(
         proto, hw, trials, work, strategy=exp.strategy, seed=seed, address=exp.address, config=exp.search,
         input_shapes=dict(item.input_shapes) or None, layout=item.layout, concurrent_tasks=exp.concurrent_tasks,
+        allow_other_cpu=exp.allow_other_cpu,
     )  # fmt: skip
     est, measured = model.estimated_latency, model.model_latency
     row.update(

@@ -22,9 +22,13 @@ How a batch is measured (:meth:`Measurer.measure`):
    candidate at a time to each runner and waits for it, and no build of its batch runs while
    timing, so timings never overlap on a node (each result keeps its node and the wall-clock start and end
    of its check and timing). Runners of different nodes measure different candidates in
-   parallel. A runner reports its node's triple and CPU features when it starts; a node that
-   cannot run the descriptor's code is not used (one warning); nor is one whose
-   ``tensorsearch.hardware`` label names other descriptors. Several Measurers may share a pool
+   parallel. A runner reports its node's triple, CPU (:class:`~tensorsearch.target.CpuIdentity`)
+   and CPU features when it starts; a node that cannot run the descriptor's code is not used
+   (one warning); nor is one whose ``tensorsearch.hardware`` label names other descriptors; nor,
+   unless the pool is made with ``allow_other_cpu``, one whose CPU is not the descriptor's
+   (``Hardware.why_not_machine``: timings belong to the machine that took them; allowed, such a
+   node times with one warning). Every result carries the CPU of the node that timed it
+   (``MeasureResult.measured_on``), which the tuner keeps in its record. Several Measurers may share a pool
    from several threads (the model scheduler's concurrent tasks): each takes idle runners only,
    so a node still times one candidate at a time. A node labelled ``tensorsearch.role=timing``
    is set apart for timing: builds (and the search's actors) go to the other nodes, so nothing
@@ -40,6 +44,12 @@ How a batch is measured (:meth:`Measurer.measure`):
    Runners start with ``OMP_NUM_THREADS`` = the node's CPUs (Ray would otherwise set it to 1 for
    an actor without CPUs, making parallel loops serial) and libgomp's own wait policy
    (``OMP_WAIT_POLICY=passive`` doubled the latency of sub-millisecond kernels; docs/codegen.md).
+   The build tasks, the runners and the search's actors run at the driver's niceness: a local
+   cluster is started with Ray's ``worker_niceness`` at 0 (Ray adds it to the niceness its
+   processes inherit from the driver; its default, 15, left them ~2% of a core beside a busy
+   neighbour), and on a cluster joined each sets its own niceness to the driver's when it
+   starts, which lowering it takes root or CAP_SYS_NICE for: a runner that may not says so
+   (one warning per node, and an event: its timings run at lowered priority).
    For a GPU descriptor every GPU of the cluster gets a runner instead (``num_gpus=1``: Ray
    gives it its own device), and the candidates are CUDA modules (a cubin and its launch),
    checked and timed the same way (with CUDA events).
@@ -95,7 +105,7 @@ import numpy as np
 from ..ir.dtype import numpy_dtype, parse_dtype
 from ..ir.functor import post_order_visit
 from ..ir.stmt import Block, IterType, PrimFunc
-from ..target import Hardware, load
+from ..target import CpuIdentity, Hardware, load
 from ..transform import ConstantSplit, layout_free_params, split_constant_stages
 from ..workloads import Workload
 
@@ -127,6 +137,7 @@ class MeasureResult:
     run_start: float | None = None  # wall-clock seconds on that node: its check run began ...
     run_end: float | None = None  # ... and its timing ended
     emulated: bool = False  # run under qemu: checked, but its latency (qemu's wall time) ranks nothing
+    measured_on: CpuIdentity | None = None  # the CPU of the node that timed it (None: a GPU's, emulated or never run)
 
     @property
     def ok(self) -> bool:
@@ -183,6 +194,10 @@ def _start_ray(address: str | None, num_cpus: int | None) -> None:
             logging_level=logging.WARNING,
             log_to_driver=False,
             num_cpus=num_cpus,
+            # Ray starts its workers this much nicer than its own processes, which inherit the
+            # driver's niceness: 0 runs builds, search and timing at the command's priority
+            # (Ray's default, 15, left them ~2% of a core beside a busy neighbour)
+            _system_config={"worker_niceness": 0},
         )
     else:
         ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
@@ -194,18 +209,46 @@ def _short(e: BaseException | str) -> str:
     return text if len(text) <= _MAX_ERROR_CHARS else text[: _MAX_ERROR_CHARS - 3] + "..."
 
 
+def take_niceness(niceness: int | None) -> str | None:
+    """Set every thread of this process (a Ray worker's) to ``niceness``, the driver's: None when
+    it is at that niceness now (or ``niceness`` is None), else why it could not be (lowering a
+    niceness takes root or CAP_SYS_NICE)."""
+    if niceness is None:
+        return None
+    now = os.getpriority(os.PRIO_PROCESS, 0)
+    if now == niceness:
+        return None
+    try:
+        threads = [int(t) for t in os.listdir("/proc/self/task")]  # Linux keeps a niceness per thread
+    except OSError:
+        threads = [0]
+    for tid in threads:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except ProcessLookupError:  # the thread ended meanwhile
+            continue
+        except OSError as e:
+            return (
+                f"its Ray workers run at niceness {now} and may not change it to the driver's {niceness} "
+                f"({e.strerror or e}: lowering it takes root or CAP_SYS_NICE)"
+            )
+    return None
+
+
 # ------------------------------------------------------------------------------------------
 # builds (Ray tasks)
 
 
-def _build(func: PrimFunc, target: Hardware) -> dict[str, Any]:
+def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> dict[str, Any]:
     """Lower, compile and link ``func``; return the library's bytes and sidecar, or the error.
 
     Code for another architecture than this node's (an aarch64 descriptor's, built on an x86
     node) is cross-compiled and shipped as an object file (``"object": True``): the runner that
-    times it links it, natively or for qemu."""
+    times it links it, natively or for qemu. ``niceness``: the driver's, which the worker takes
+    where it may (:func:`take_niceness`)."""
     from ..target import arch_of, host_triple
 
+    take_niceness(niceness)
     t0 = time.perf_counter()
     foreign = target.kind == "cpu" and arch_of(target.triple) != arch_of(host_triple())
     constants = layout_free_params(func) if target.kind == "cpu" else ()
@@ -291,9 +334,10 @@ class _Runner:
     """Loads candidates on its node, checks them once and times them; one call at a time. One
     runner serves every task of a run: each call brings its task's inputs and reference."""
 
-    def __init__(self, token: str, seed: int) -> None:
+    def __init__(self, token: str, seed: int, niceness: int | None = None) -> None:
         from ..runtime import module  # noqa: F401 - imported now, not during the first (timed-out) run
 
+        self.priority = take_niceness(niceness)  # why it times at another niceness than the driver's, or None
         self.inputs: list[np.ndarray] = []
         self.out_positions: list[int] = []
         self.expected: list[np.ndarray] = []
@@ -463,19 +507,25 @@ class _Runner:
 
     def ready(self) -> dict[str, Any]:
         """What this node can run, for the pool to check against the descriptor before the runner
-        times anything: its LLVM triple, the CPU features LLVM reports absent, the descriptors its
-        ``tensorsearch.hardware`` label allows (empty: any), and the architectures its
-        ``tensorsearch.emulates`` label says it runs under qemu, with why it cannot (tools missing)."""
+        times anything: its LLVM triple, its CPU (``identity``, :meth:`CpuIdentity.to_json`), the
+        CPU features LLVM reports present and absent, the descriptors its ``tensorsearch.hardware``
+        label allows (empty: any), and the architectures its ``tensorsearch.emulates`` label says
+        it runs under qemu, with why it cannot (tools missing); and the runner's ``niceness``, with
+        why it is not the driver's (``priority``, None when it is)."""
         import ray
 
         from ..runtime.cross import aarch64_tools_available
-        from ..target.hardware import host_absent_features, host_triple
+        from ..target.hardware import host_absent_features, host_identity, host_present_features, host_triple
 
         labels = ray.get_runtime_context().get_node_labels()
         emulates = _label_list(labels, EMULATES_LABEL)
         return {
             "triple": host_triple(),
+            "identity": host_identity().to_json(),
+            "present": sorted(host_present_features()),
             "absent": sorted(host_absent_features()),
+            "niceness": os.getpriority(os.PRIO_PROCESS, 0),
+            "priority": self.priority,
             "hardware": _label_list(labels, HARDWARE_LABEL),
             "emulates": emulates,
             "emulation_missing": {
@@ -494,14 +544,26 @@ def _label_list(labels: dict[str, str], key: str) -> list[str]:
     return [v.strip() for v in labels.get(key, "").split(",") if v.strip()]
 
 
-def timing_refusal(hw: Hardware, node: dict[str, Any]) -> tuple[str | None, bool]:
+def other_cpu(hw: Hardware, node: dict[str, Any]) -> str | None:
+    """Why the node's CPU, as its runner reported it (:meth:`_Runner.ready`), is not the one
+    ``hw`` describes (``Hardware.why_not_machine``); None when it is, or the report has none."""
+    if "identity" not in node:
+        return None
+    return hw.why_not_machine(CpuIdentity.from_json(node["identity"]), node.get("present"))
+
+
+def timing_refusal(hw: Hardware, node: dict[str, Any], allow_other_cpu: bool = False) -> tuple[str | None, bool]:
     """(why a node may not time ``hw``'s candidates, or None; whether it runs them under qemu),
     from what its runner reported (:meth:`_Runner.ready`): its ``tensorsearch.hardware`` label
     must name ``hw`` when it has one; its triple and CPU must run the code, or its
-    ``tensorsearch.emulates`` label must name the architecture (with qemu installed there)."""
+    ``tensorsearch.emulates`` label must name the architecture (with qemu installed there); and
+    a node that runs the code natively must be the machine ``hw`` describes (:func:`other_cpu`),
+    unless ``allow_other_cpu``."""
     if node["hardware"] and hw.name not in node["hardware"]:
         return f"its label {HARDWARE_LABEL}={','.join(node['hardware'])} does not name {hw.name}", False
     native = hw.why_not_runnable_on(node["triple"], node["absent"])
+    if native is None and not allow_other_cpu and (other := other_cpu(hw, node)) is not None:
+        return f"{other} (--allow-other-cpu, or allow_other_cpu=True, times there anyway)", False
     if native is None or hw.arch not in node["emulates"]:
         return native, False
     missing = node["emulation_missing"].get(hw.arch)
@@ -652,6 +714,7 @@ class _Slot:
     emulated: bool = False  # the node runs the descriptor's code under qemu only (correctness, no timing)
     ready: bool = False
     dead: bool = False
+    identity: CpuIdentity | None = None  # the node's CPU, as its runner reported it (CPU descriptors)
     job: tuple[int, str, Any, float, float] | None = None  # (index, "check" | "time", ref, deadline, budget s)
     owner: Any = None  # the batch whose candidate the runner has now (Measurer._run), with job
 
@@ -663,10 +726,13 @@ class RunnerPool:
 
     :meth:`refresh` (at the start of every batch, and every ``REFRESH_S`` seconds while one is
     timed) starts runners on nodes that joined and drops those of nodes that left. A runner
-    reports its node's LLVM triple and absent CPU features when it starts; a node that cannot run
-    the descriptor's code is not used for timing, reported once (a warning, and an event).
-    ``events`` lists what happened to the nodes (dicts with ``kind``: "node_joined", "node_left",
-    "node_refused", "requeued"), for the tuner to record (:meth:`take_events`).
+    reports its node's LLVM triple, CPU and CPU features when it starts; a node that cannot run
+    the descriptor's code, or whose CPU is not the descriptor's unless ``allow_other_cpu``
+    (:func:`timing_refusal`), is not used for timing, reported once (a warning, and an event).
+    A node allowed to time on another CPU, and one whose runner may not take the driver's
+    niceness (:func:`take_niceness`), are reported once too. ``events`` lists what happened to
+    the nodes (dicts with ``kind``: "node_joined", "node_left", "node_refused", "node_emulates",
+    "node_other_cpu", "node_low_priority", "requeued"), for the tuner to record (:meth:`take_events`).
 
     Measurers in several threads may share a pool: a batch gives a candidate only to a runner
     that has none (under ``lock``) and acts only on the runners it gave one to; a runner that
@@ -675,10 +741,13 @@ class RunnerPool:
 
     REFRESH_S = 5.0
 
-    def __init__(self, hardware: Hardware | str | os.PathLike, seed: int = 0) -> None:
+    def __init__(self, hardware: Hardware | str | os.PathLike, seed: int = 0, allow_other_cpu: bool = False) -> None:
         self.hardware = load(hardware)
         self.gpu = self.hardware.kind == "gpu"
         self.seed = seed
+        self.allow_other_cpu = allow_other_cpu
+        self.niceness = os.getpriority(os.PRIO_PROCESS, 0)  # the driver's: the runners take it
+        self.noted: set[tuple[str, str]] = set()  # (kind, node id) of the warnings given once per node
         self.slots: list[_Slot] = []
         self.refused: dict[str, str] = {}  # node id -> why its CPU cannot run the descriptor's code
         self.emulating: set[str] = set()  # nodes that run the descriptor's code under qemu only
@@ -813,7 +882,7 @@ class RunnerPool:
                 runtime_env={"env_vars": env},
                 num_gpus=1 if gpu else 0,
             )
-            .remote(token, self.seed)
+            .remote(token, self.seed, self.niceness)
         )
         return _Slot(node_id, cpus, actor, token, gpu)
 
@@ -831,6 +900,7 @@ class RunnerPool:
             with contextlib.suppress(Exception):
                 ray.kill(slot.actor, no_restart=True)
             return
+        self._note_priority(slot, info)
         why = None if self.gpu else self._why_not(slot, info)
         if why is None:
             slot.ready = True
@@ -845,10 +915,35 @@ class RunnerPool:
                 f"node {slot.node_id[:12]} is not used for timing {self.hardware.name} candidates: {why}", stacklevel=2
             )
 
+    def _note(self, kind: str, node_id: str, message: str, **more: Any) -> None:
+        """An event of ``kind`` and a warning, the first time for the node only."""
+        if (kind, node_id) in self.noted:
+            return
+        self.noted.add((kind, node_id))
+        self.event(kind, node_id, **more)
+        warnings.warn(message, stacklevel=3)
+
+    def _note_priority(self, slot: _Slot, info: dict[str, Any]) -> None:
+        """Warn (once per node) when the runner could not take the driver's niceness."""
+        why = info.get("priority")
+        if why:
+            message = f"node {slot.node_id[:12]}: timings there run at lowered priority: {why}"
+            self._note("node_low_priority", slot.node_id, message, niceness=info.get("niceness"), reason=why)
+
     def _why_not(self, slot: _Slot, info: dict[str, Any]) -> str | None:
         """Why the slot's node may not time this descriptor's candidates (None: it may; the slot
-        is marked emulated when it runs them under qemu only)."""
-        why, slot.emulated = timing_refusal(self.hardware, info)
+        is marked emulated when it runs them under qemu only, and keeps the node's CPU when it
+        times them natively)."""
+        why, slot.emulated = timing_refusal(self.hardware, info, self.allow_other_cpu)
+        if why is None and not slot.emulated and "identity" in info:
+            slot.identity = CpuIdentity.from_json(info["identity"])
+            other = other_cpu(self.hardware, info)
+            if other is not None:  # allowed: its records name the CPU that timed them
+                message = (
+                    f"node {slot.node_id[:12]} times {self.hardware.name} candidates on another CPU ({other}): "
+                    "each record names the CPU that timed it"
+                )
+                self._note("node_other_cpu", slot.node_id, message, reason=other)
         if slot.emulated and slot.node_id not in self.emulating:
             self.emulating.add(slot.node_id)
             self.event("node_emulates", slot.node_id, arch=self.hardware.arch)
@@ -912,7 +1007,9 @@ class Measurer:
     cluster. ``flush_cache``: every timed call runs after the caches are flushed (a buffer larger
     than the last-level cache written), one call a repeat, at least ``FLUSHED_REPEATS`` repeats:
     a kernel's latency as a model sees it, its weights no longer cached by its previous call
-    (TVM's ``enable_cpu_cache_flush``).
+    (TVM's ``enable_cpu_cache_flush``). ``allow_other_cpu``: the pool the Measurer starts times
+    on nodes whose CPU is not the descriptor's too (:func:`timing_refusal`; a pool given keeps
+    its own setting).
     """
 
     # the builds of the KEPT_BUILDS fastest candidates measured are kept: re-timing them builds nothing
@@ -936,6 +1033,7 @@ class Measurer:
         reference: tuple[Any, ...] | None = None,
         pool: RunnerPool | None = None,
         flush_cache: bool = False,
+        allow_other_cpu: bool = False,
     ) -> None:
         if func is None:
             if workload is None:
@@ -966,7 +1064,7 @@ class Measurer:
         inputs, out_positions, expected, checker = self.reference
         self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
         self._own_pool = pool is None
-        self.pool = pool if pool is not None else RunnerPool(self.hardware, seed)
+        self.pool = pool if pool is not None else RunnerPool(self.hardware, seed, allow_other_cpu)
         self._kept: dict[str, tuple[float, dict[str, Any]]] = {}  # candidate key -> (latency, build)
 
     @property
@@ -991,7 +1089,8 @@ class Measurer:
                 self.pool.check_stopping("building candidates")
             while queue and len(running) < slots:
                 i = queue.popleft()
-                running[task.remote(funcs[i], self.target)] = (i, time.monotonic() + self.build_timeout_s)
+                ref = task.remote(funcs[i], self.target, self.pool.niceness)
+                running[ref] = (i, time.monotonic() + self.build_timeout_s)
             wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
             ray.wait(list(running), num_returns=1, timeout=min(wait_s, RunnerPool.REFRESH_S))
             ready, _ = ray.wait(list(running), num_returns=len(running), timeout=0, fetch_local=False)
@@ -1160,8 +1259,9 @@ class _Batch:
         error = error if error is not None else (reply or {}).get("error")
         emulated = bool(reply and reply.get("emulated"))
         result = MeasureResult(
-            tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end, emulated
-        )
+            tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end, emulated,
+            measured_on=None if emulated else slot.identity,
+        )  # fmt: skip
         self.out[i] = result
         if self.on_result is not None:
             self.on_result(i, result)

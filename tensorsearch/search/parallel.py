@@ -8,7 +8,8 @@ returns, in job order, a :class:`~.space.Candidate` with its features, or None f
 cluster, each holding the design space, and sends each a contiguous share of the jobs (traces
 travel as JSON text). The actors ask Ray for no CPU: the tuner's phases (search, build, run)
 never overlap, so during the search they may use every CPU; the build tasks and the runner
-actors have them to themselves afterwards.
+actors have them to themselves afterwards. Each actor runs at the driver's niceness where it may
+(``measure.take_niceness``; a node where it may not is reported by its timing runner).
 """
 
 from __future__ import annotations
@@ -99,7 +100,12 @@ def _check_open(evaluator: LocalEvaluator | RayEvaluator) -> None:
 
 
 class _Worker:
-    def __init__(self, func: PrimFunc, hardware: Hardware, traces_json: list[str]) -> None:
+    """A search actor: the design space of one task, making and featurizing its candidates."""
+
+    def __init__(self, func: PrimFunc, hardware: Hardware, traces_json: list[str], niceness: int | None = None) -> None:
+        from .measure import take_niceness
+
+        take_niceness(niceness)  # the driver's; where it may not, the node's runner warns
         self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
 
     def node(self) -> str:
@@ -107,6 +113,12 @@ class _Worker:
         import ray
 
         return ray.get_runtime_context().get_node_id()
+
+    def niceness(self) -> int:
+        """This actor's niceness."""
+        import os
+
+        return os.getpriority(os.PRIO_PROCESS, 0)
 
     def evaluate(self, jobs: list[tuple]) -> list[tuple | None]:
         out = []
@@ -138,6 +150,8 @@ class RayEvaluator:
     """Evaluate jobs on ``workers`` Ray actors (default: one per CPU of the nodes not set apart for timing)."""
 
     def __init__(self, space: DesignSpace, workers: int | None = None) -> None:
+        import os
+
         import ray
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -148,7 +162,7 @@ class RayEvaluator:
         func_ref = ray.put(space.func)
         self.actors = [
             actor.options(scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)).remote(
-                func_ref, space.hardware, traces
+                func_ref, space.hardware, traces, os.getpriority(os.PRIO_PROCESS, 0)
             )
             for node in _spread(workers)
         ]

@@ -269,6 +269,7 @@ def tune_model(
     alpha: float = ALPHA,
     window: int = WINDOW,
     concurrent_tasks: int = 1,
+    allow_other_cpu: bool = False,
 ) -> ModelTuneResult:
     """Tune every task of ``model`` for ``hardware`` with ``trials`` measurements in all.
 
@@ -278,8 +279,8 @@ def tune_model(
     this machine runs ``hardware``, compile it with the best records and time it at the end.
     ``flush_cache``: time every call after flushing the caches (:class:`~.measure.Measurer`), as
     a kernel runs inside the model. ``concurrent_tasks``: how many tasks' rounds run at once (see
-    the module docstring). The other arguments are :func:`~.tuner.tune`'s. The work dir
-    is held for the whole run.
+    the module docstring). The other arguments (``allow_other_cpu`` among them) are
+    :func:`~.tuner.tune`'s. The work dir is held for the whole run.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune_model: trials must be a positive integer, got {trials!r}")
@@ -294,13 +295,14 @@ def tune_model(
     t_start = time.perf_counter()
     hw = load(hardware)
     address = resolve_address(address)
-    check_runs_here(hw, address)
+    check_runs_here(hw, address, allow_other_cpu)
     entries, graph = _entries(model, input_shapes, layout)
     from .workdir import hold_work_dir
 
     with hold_work_dir(work_dir):
         run = _ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
         run.alpha, run.window, run.t_start, run.concurrent = alpha, window, t_start, concurrent_tasks
+        run.allow_other_cpu = allow_other_cpu
         run.start(transfer)
         run.tune(address, workers, {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache})
         model_latency = None
@@ -335,6 +337,7 @@ class _ModelRun:
         self.curve: list[tuple[int, float]] = []
         self.alpha, self.window, self.t_start = ALPHA, WINDOW, time.perf_counter()
         self.concurrent = 1  # rounds of this many tasks at once
+        self.allow_other_cpu = False  # the runners time on nodes whose CPU is not the descriptor's too
         self.lock = threading.RLock()  # the rounds' threads change the state below under it
         self.changed = threading.Condition(self.lock)  # notified when a round ends
         # the rounds in flight: task index -> (trials reserved, the task's trials, time.time()) then
@@ -452,7 +455,7 @@ class _ModelRun:
 
         with self.lock:
             if self._pool is None:
-                self._pool = RunnerPool(self.hw, self.seed)
+                self._pool = RunnerPool(self.hw, self.seed, self.allow_other_cpu)
             return self._pool
 
     def run_concurrently(self, make_active: Callable[[], _Active]) -> None:

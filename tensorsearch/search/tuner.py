@@ -120,10 +120,13 @@ class TuneInputError(TuneError, ValueError):
     """The arguments of :func:`tune` cannot work (the CLI exits with code 2: a mistake in the input)."""
 
 
-def check_runs_here(hw: Hardware, address: str | None) -> None:
+def check_runs_here(hw: Hardware, address: str | None, allow_other_cpu: bool = False) -> None:
     """TuneError, before anything starts, when the candidates are to be measured on this machine
     (no cluster address) and this CPU cannot run code built for ``hw`` (or ``hw`` is a GPU and this
-    machine has no NVIDIA driver)."""
+    machine has no NVIDIA driver), or, unless ``allow_other_cpu``, this machine is not the one
+    ``hw`` describes (``Hardware.why_not_this_machine``: another CPU, or a feature the descriptor
+    disables): its timings would be filed as ``hw``'s. On a cluster the runners' nodes are
+    checked instead, each as it starts (``measure.timing_refusal``)."""
     if hw.kind == "gpu":
         if address is None and shutil.which("nvidia-smi") is None:
             raise TuneInputError(
@@ -141,6 +144,12 @@ def check_runs_here(hw: Hardware, address: str | None) -> None:
         raise TuneInputError(
             f"tune: this CPU cannot run code built for hardware {hw.name} ({lacks}); tune for --hardware host, "
             "or measure on machines that can (--address of their Ray cluster)"
+        )
+    why = None if address is not None or allow_other_cpu else hw.why_not_this_machine()
+    if why is not None:
+        raise TuneInputError(
+            f"tune: this machine is not {hw.name}: {why}; tune with --hardware host, or pass --allow-other-cpu "
+            "(allow_other_cpu=True) to time here anyway (each record then names the CPU that timed it)"
         )
 
 
@@ -175,6 +184,7 @@ def tune(
     transfer: bool = True,
     transfer_from: Sequence[str | os.PathLike] = (),
     flush_cache: bool = False,
+    allow_other_cpu: bool = False,
 ) -> TuneResult:
     """Tune ``func_or_workload`` for ``hardware`` with ``trials`` measurements in total.
 
@@ -187,7 +197,10 @@ def tune(
     the caches are flushed (:class:`~.measure.Measurer`). ``transfer``: pre-train the cost model on the
     records of other workloads measured on the same hardware, in the work dir's database and in
     the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
-    files). Returns the best program found.
+    files). ``allow_other_cpu``: time on machines whose CPU is not the one ``hardware`` describes
+    (refused by default: :func:`check_runs_here`, ``measure.timing_refusal``), with a warning;
+    every record names the CPU that timed it (``TuningRecord.measured_on``) all the same.
+    Returns the best program found.
 
     The run holds ``work_dir`` (:mod:`.workdir`): while it goes, another ``tune`` on the same work
     dir raises :class:`~.workdir.WorkDirBusy` (a TuneError) at once, naming this run's pid.
@@ -200,14 +213,15 @@ def tune(
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
     address = resolve_address(address)
-    check_runs_here(hw, address)
+    check_runs_here(hw, address, allow_other_cpu)
     verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
     from .workdir import hold_work_dir
 
     with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it
         return _tune(
             func, workload, name, hw, trials, work_dir, seed, address, config, progress, workers,
-            {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache}, transfer, transfer_from, t_start,
+            {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache, "allow_other_cpu": allow_other_cpu},
+            transfer, transfer_from, t_start,
         )  # fmt: skip
 
 
@@ -223,7 +237,7 @@ def _tune(
     config: SearchConfig | None,
     progress: Callable[[Progress], None] | None,
     workers: int | None,
-    measure: dict[str, Any],  # the Measurer's timeout_s, repeat and flush_cache
+    measure: dict[str, Any],  # the Measurer's timeout_s, repeat, flush_cache and allow_other_cpu
     transfer: bool,
     transfer_from: Sequence[str | os.PathLike],
     t_start: float,
@@ -413,6 +427,7 @@ class TaskSearch:
                 run_start=result.run_start,
                 run_end=result.run_end,
                 emulated=result.emulated,
+                measured_on=result.measured_on,
             )
             self.db.commit_record(rec)
             self.records.append(rec)

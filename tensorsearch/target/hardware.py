@@ -42,6 +42,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import hashlib
 import os
 import re
 import warnings
@@ -75,11 +76,13 @@ from .reader import (
 __all__ = [
     "GPU",
     "Caches",
+    "CpuIdentity",
     "Hardware",
     "HardwareError",
     "HardwareWarning",
     "available",
     "host",
+    "host_identity",
     "SearchSpec",
     "arch_of",
     "host_triple",
@@ -132,6 +135,56 @@ class SearchSpec:
     design space is made); an empty tuple means the defaults for the descriptor's kind."""
 
     rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()
+
+
+# CPU names that claim no model, only an instruction-set level: a descriptor naming one describes
+# every machine that runs its code (see Hardware.why_not_machine)
+GENERIC_CPUS = frozenset({"generic", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64-v4"})
+
+
+@dataclass(frozen=True)
+class CpuIdentity:
+    """Which CPU a machine has: what a tuning record keeps of the machine that timed it.
+
+    ``arch`` is the architecture family of its LLVM triple (``x86_64``, ``aarch64``), ``cpu``
+    LLVM's name for the host CPU (``icelake-server``, ``znver4``), ``model`` the ``model name`` of
+    ``/proc/cpuinfo`` (None where there is none, as on most aarch64 kernels) and ``features`` 12
+    hex digits hashing the sorted names of the CPU features LLVM reports enabled, so two machines
+    of one CPU name whose hypervisors expose different features tell apart.
+    """
+
+    arch: str
+    cpu: str
+    model: str | None
+    features: str
+
+    def describe(self) -> str:
+        """``x86_64 icelake-server (Intel(R) Xeon(R) Processor @ 2.80GHz)``: arch, CPU and model."""
+        text = f"{self.arch} {self.cpu}"
+        return f"{text} ({self.model})" if self.model else text
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON object of the four fields."""
+        return {"arch": self.arch, "cpu": self.cpu, "model": self.model, "features": self.features}
+
+    @staticmethod
+    def from_json(d: Any) -> CpuIdentity:
+        """Read what :meth:`to_json` wrote; ValueError naming the key that is missing or not a string."""
+        if not isinstance(d, dict):
+            raise ValueError(f"a CPU identity is a JSON object, not {type(d).__name__}")
+        for key in ("arch", "cpu", "features"):
+            if not isinstance(d.get(key), str):
+                raise ValueError(f"the CPU identity's {key!r} is missing or not a string")
+        model = d.get("model")
+        if model is not None and not isinstance(model, str):
+            raise ValueError("the CPU identity's 'model' is not a string")
+        return CpuIdentity(d["arch"], d["cpu"], model, d["features"])
+
+
+def feature_hash(features: Iterable[str]) -> str:
+    """12 hex digits hashing a set of CPU feature names (without ``+``), whatever their order."""
+    text = ",".join(sorted(set(features)))
+    return hashlib.blake2b(text.encode(), digest_size=6).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -207,6 +260,41 @@ class Hardware:
             return f"its CPU lacks {', '.join(missing[:4])}{' ...' if len(missing) > 4 else ''}"
         return None
 
+    def why_not_machine(self, identity: CpuIdentity, present: Iterable[str] | None) -> str | None:
+        """Why a machine whose CPU is ``identity``, reporting the features ``present`` (names
+        without ``+``; None: not known, only the architecture and CPU are compared), is not the
+        machine this CPU descriptor describes; None when it is.
+
+        It is when it has the descriptor's architecture and CPU name, and every feature the
+        descriptor lists agrees: each ``+feature`` present, each ``-feature`` absent (features it
+        does not list may be either way: ``x86-emeraldrapids`` describes an Emerald Rapids that
+        exposes AMX too). A descriptor whose ``cpu`` names no model (:data:`GENERIC_CPUS`, such
+        as ``x86-64-v3``) describes every CPU of its architecture that has its features. A GPU
+        descriptor describes no CPU, so the CPU never disagrees with it (None)."""
+        if self.kind != "cpu":
+            return None
+        machine = f"an {identity.describe()}"
+        if arch_of(self.triple) != arch_of(identity.arch):
+            return f"it is {machine}, not an {arch_of(self.triple)} machine"
+        if self.cpu not in GENERIC_CPUS and self.cpu != identity.cpu:
+            return f"it is {machine}, not {'an' if self.cpu[0] in 'aeiou' else 'a'} {self.cpu}"
+        if present is None:
+            return None
+        have = set(present)
+        lacks = [f[1:] for f in self.features if f.startswith("+") and f[1:] not in have]
+        if lacks:
+            return f"it is {machine} without {_some(lacks)}"
+        extra = [f[1:] for f in self.features if f.startswith("-") and f[1:] in have]
+        if extra:
+            return f"it is {machine} with {_some(extra)}, which {self.name} disables"
+        return None
+
+    def why_not_this_machine(self) -> str | None:
+        """Why this machine is not the one this CPU descriptor describes (:meth:`why_not_machine`
+        of the running CPU: ``host()`` and a descriptor it matches are; another CPU's is not,
+        even where its code runs here); None when it is."""
+        return self.why_not_machine(host_identity(), _host_info()[2])
+
     @property
     def memory_scopes(self) -> tuple[str, ...]:
         """Storage scopes buffers may live in: the GPU's list, or ("global", "local") on a CPU."""
@@ -229,6 +317,11 @@ class Hardware:
     def vector_lanes(self, bits_per_element: int) -> int:
         """How many elements of that width fit in one vector register (at least 1)."""
         return max(1, self.vector_bits // bits_per_element)
+
+
+def _some(names: list[str]) -> str:
+    """Up to four names, comma-separated, with `` ...`` when there are more."""
+    return ", ".join(names[:4]) + (" ..." if len(names) > 4 else "")
 
 
 _CPU_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
@@ -552,6 +645,32 @@ def _host_info() -> tuple[str, str, frozenset[str]]:
     cpu = llvm.get_host_cpu_name()
     features = frozenset(k for k, v in llvm.get_host_cpu_features().items() if v)
     return llvm.get_process_triple(), cpu, features
+
+
+@functools.cache
+def host_identity() -> CpuIdentity:
+    """The running machine's :class:`CpuIdentity`: its architecture, LLVM CPU name, the model
+    name of ``/proc/cpuinfo`` (None where unreadable or absent) and its enabled features' hash."""
+    triple, cpu, features = _host_info()
+    return CpuIdentity(arch_of(triple), cpu, _cpuinfo_model(), feature_hash(features))
+
+
+def _cpuinfo_model(path: Path = Path("/proc/cpuinfo")) -> str | None:
+    """The first ``model name`` of ``/proc/cpuinfo``, spaces collapsed; None when there is none."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() == "model name" and value.strip():
+            return " ".join(value.split())
+    return None
+
+
+def host_present_features() -> frozenset[str]:
+    """The CPU features LLVM reports present on this machine (names without ``+``)."""
+    return _host_info()[2]
 
 
 @functools.cache
