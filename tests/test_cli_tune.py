@@ -16,6 +16,7 @@ import tensorsearch
 import tensorsearch.search
 from tensorsearch.cli import main
 from tensorsearch.schedule import Schedule, Trace
+from tensorsearch.search.noise import HostConditions
 from tensorsearch.workloads import get
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -118,6 +119,9 @@ def test_tune_writes_curve_traces_and_summary(monkeypatch, tmp_path, capsys):
             wall_seconds=12.0,
             work_dir=Path(work_dir),
             transferred=0,
+            retimed_at=4,
+            statistic="min",
+            host=HostConditions.of([1.0, 1.1, 1.05]),
         )
 
     monkeypatch.setattr(tensorsearch.search, "tune", fake_tune, raising=False)
@@ -135,7 +139,8 @@ def test_tune_writes_curve_traces_and_summary(monkeypatch, tmp_path, capsys):
     assert out.startswith("tuning finished: GMM/0/int8")
     for name in ("tuning_curve.png", "tuning_curve.csv", "best_trace.json", "best_trace.py"):
         assert str(work / name) in out
-    assert "4 (1 failed)" in out and "0.25 ms" in out and "feedbeef" in out
+    assert "4 (1 failed)" in out and "0.25 ms  (min of its timed repeats)" in out and "feedbeef" in out
+    assert "host  " in out and "quiet (reference at 1.05x its quiet time by the median, at most 1.10x" in out
 
     assert (work / "tuning_curve.png").read_bytes().startswith(PNG_MAGIC)
     assert (work / "tuning_curve.csv").read_text().splitlines() == [

@@ -27,7 +27,7 @@ from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.tuner import _build, finalist_count, level_rounds
+from tensorsearch.search.tuner import _build, finalist_count
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -92,22 +92,20 @@ DEP0_FINALIST_ROUNDS = {
 }
 
 
-def test_leveled_rounds_rank_finalists_as_the_rounds_do():
+def test_the_fastest_sample_ranks_finalists_as_the_rounds_do():
     import statistics
 
+    from tensorsearch.search.noise import latency_of
+
     assert [finalist_count(n) for n in (3, 8, 40, 64, 256)] == [3, 6, 10, 12, 12]
-
-    assert level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]]) == [[1.0] * 3, [1.5] * 3]
-    # a candidate that failed stays empty and sets no round's level
-    assert level_rounds([[[1.0], [2.0], [1.0]], [[], [], []], [[3.0], [6.0], [3.0]]]) == [[1.0] * 3, [], [3.0] * 3]
-    assert level_rounds([[[1.0], [2.0]], [[], []]]) == [[1.0, 2.0], []]  # one candidate: as timed
     names, rounds = list(DEP0_FINALIST_ROUNDS), list(DEP0_FINALIST_ROUNDS.values())
+    pooled = [[x for r in c for x in r] for c in rounds]
 
-    def fastest(samples):
-        return min(zip(names, samples), key=lambda n_s: statistics.median(n_s[1]))[0]
+    def fastest(statistic):
+        return min(zip(names, pooled), key=lambda n_s: statistic(n_s[1]))[0]
 
-    assert fastest([[x for r in c for x in r] for c in rounds]) == "b"  # pooled, b ranked first
-    assert fastest(level_rounds(rounds)) == "a"  # "a" won rounds 1 and 3 by 1.4-1.5x
+    assert fastest(statistics.median) == "b"  # the median of the pool ranks by the spell a sample fell in
+    assert fastest(latency_of) == "a"  # "a" won rounds 1 and 3 by 1.4-1.5x
 
 
 def test_tune_float32_convolution_with_ray_workers(tmp_path):
@@ -118,10 +116,8 @@ def test_tune_float32_convolution_with_ray_workers(tmp_path):
     # the finalists were timed again together, and the result is the fastest by those timings
     db = Database(tmp_path)
     retimed = [json.loads(line) for line in (tmp_path / "database" / "retimings.jsonl").read_text().splitlines()]
-    assert len(retimed) == finalist_count(len(result.records)) and all(len(r["latencies"]) == 9 for r in retimed)
-    # recorded leveled (each round scaled by the host's speed in it), the latencies as timed beside
-    as_timed = [[r["as_timed"][i : i + 3] for i in (0, 3, 6)] for r in retimed]
-    np.testing.assert_allclose(level_rounds(as_timed), [r["latencies"] for r in retimed])
+    assert len(retimed) == finalist_count(len(result.records))
+    assert all(len(r["latencies"]) >= 9 for r in retimed)  # 3 rounds of 3 repeats, more where one was disturbed
     best = db.best(result.workload_key, result.hardware_key)[0]
     assert best.candidate_key in {r["candidate_key"] for r in retimed}
     finalists = [
@@ -130,6 +126,17 @@ def test_tune_float32_convolution_with_ray_workers(tmp_path):
         if r.candidate_key in {x["candidate_key"] for x in retimed}
     ]
     assert result.latency == db.latency(best) == min(db.latency(r) for r in finalists)
+    # one number: the fastest of the best record's samples and re-timings, the curve's last point
+    samples = [
+        *best.latencies,
+        *(x for r in retimed if r["candidate_key"] == best.candidate_key for x in r["latencies"]),
+    ]
+    assert result.latency == min(samples) and result.statistic == "min"
+    assert result.curve[-1] == (result.trials, result.throughput) and result.retimed_at == result.trials
+    # every timing had the reference kernel beside it (a candidate slower than 4x the best is run once, untimed)
+    timed = [r for r in result.records if len(r.latencies) > 1]
+    assert timed and all(r.disturbance is not None and r.disturbance >= 1.0 for r in timed)
+    assert result.host.timings == len(timed)
     _check(wl, result.module)
     # the trace replays onto the workload to the very program that was built
     sch = Schedule(wl.func)

@@ -325,7 +325,9 @@ def _tune_held(args: argparse.Namespace, prog: Program, hw, work_dir: Path) -> i
     files = [write_curve_csv(work_dir / "tuning_curve.csv", result.curve, result.unit)]
     title = f"{prog.label} on {hw.name}: best throughput vs trials"
     try:
-        files.append(write_curve_png(work_dir / "tuning_curve.png", result.curve, title, result.unit))
+        files.append(
+            write_curve_png(work_dir / "tuning_curve.png", result.curve, title, result.unit, result.retimed_at)
+        )
     except ImportError:
         print("tensorsearch tune: note: matplotlib is not installed, so no tuning_curve.png", file=sys.stderr)
     if result.trace is not None and math.isfinite(result.latency):

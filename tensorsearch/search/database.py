@@ -10,7 +10,7 @@ never candidate records)::
     wk = db.commit_workload(func, name="GMM/0/int8")     # idempotent; returns workload_key(func)
     hk = hardware_key(hardware.load("x86-emeraldrapids"))  # "x86-emeraldrapids-" + 16 hex digits
     db.commit_record(TuningRecord(wk, hk, cand_key, trace_json, (1.2e-4, 1.1e-4, 1.3e-4), None, 0.4, 0, time.time()))
-    db.best(wk, hk)[0].latency        # 1.2e-4: the fastest ok record's median latency
+    db.best(wk, hk)[0].latency        # 1.2e-4: the fastest ok record's latency (its fastest repeat)
     db.has_candidate(wk, hk, cand_key)  # True: a resumed run skips it
 
 Records are keyed by the workload's structural hash and by the hardware descriptor's identity (its
@@ -60,7 +60,6 @@ import hashlib
 import json
 import math
 import os
-import statistics
 import threading
 import time
 import warnings
@@ -71,6 +70,7 @@ from typing import Any
 from ..ir.stmt import PrimFunc
 from ..ir.structural import structural_hash
 from ..target import CpuIdentity, Hardware, load
+from .noise import DISTURBED, latency_of
 
 __all__ = ["DATABASE_FORMAT", "Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
 
@@ -168,6 +168,7 @@ class TuningRecord:
     run_end: float | None = None  # ... and its timing ended (timings never overlap on a node)
     emulated: bool = False  # run under qemu (no node runs the code natively): checked, never ranked
     measured_on: CpuIdentity | None = None  # the CPU that timed it (see the class docstring)
+    disturbance: float | None = None  # the reference kernel's slowdown beside its timing (search/noise.py)
 
     @property
     def ok(self) -> bool:
@@ -181,9 +182,14 @@ class TuningRecord:
 
     @property
     def latency(self) -> float:
-        """The median of the latencies in seconds; ``math.inf`` when it failed or ran emulated
-        (an emulated timing is qemu's, not the hardware's)."""
-        return statistics.median(self.latencies) if self.ranks else math.inf
+        """The fastest of the latencies in seconds (:func:`~.noise.latency_of`); ``math.inf`` when
+        it failed or ran emulated (an emulated timing is qemu's, not the hardware's)."""
+        return latency_of(self.latencies) if self.ranks else math.inf
+
+    @property
+    def disturbed(self) -> bool:
+        """Whether the host was busy while it was timed (its reference ran over ``noise.DISTURBED``x slower)."""
+        return self.disturbance is not None and self.disturbance > DISTURBED
 
     def to_json(self) -> dict[str, Any]:
         d = {"format": DATABASE_FORMAT, **dataclasses.asdict(self)}
@@ -214,11 +220,12 @@ class TuningRecord:
             run_end=None if d.get("run_end") is None else float(d["run_end"]),
             emulated=bool(d.get("emulated", False)),
             measured_on=None if d.get("measured_on") is None else CpuIdentity.from_json(d["measured_on"]),
+            disturbance=None if d.get("disturbance") is None else float(d["disturbance"]),
         )
 
 
 # absent from lines written before they were kept
-_OPTIONAL_FIELDS = ("node", "run_start", "run_end", "emulated", "measured_on")
+_OPTIONAL_FIELDS = ("node", "run_start", "run_end", "emulated", "measured_on", "disturbance")
 
 
 def _decode(line: bytes) -> tuple[dict[str, Any] | None, int | None, Exception | None]:
@@ -641,17 +648,13 @@ class Database:
         hardware_key: str,
         candidate_key: str,
         latencies: list[float],
-        as_timed: list[float] | None = None,
     ) -> None:
         """Append re-timed latencies of a measured candidate (``retimings.jsonl``); from then on its
-        latency is the median of all its re-timings (:meth:`latency`), not its record's.
-        ``as_timed``: the latencies before the tuner leveled its rounds (kept beside, not ranked)."""
+        latency is the fastest of its record's and all its re-timings' (:meth:`latency`)."""
         if not latencies:
             return
         line = {"format": DATABASE_FORMAT, "workload_key": workload_key, "hardware_key": hardware_key}
         line.update(candidate_key=candidate_key, latencies=[float(x) for x in latencies], timestamp=time.time())
-        if as_timed is not None:
-            line["as_timed"] = [float(x) for x in as_timed]
         with self._lock:
             self._retime_file.append(line)
             pair = (workload_key, hardware_key)
@@ -669,23 +672,21 @@ class Database:
         return [obj for _, obj, _ in self._infrastructure_file.read()]
 
     def latency(self, record: TuningRecord) -> float:
-        """The record's candidate's latency: the median of its re-timings where it was re-timed
-        (the tuner re-times its finalists together at the end of a run), else the record's own."""
+        """The record's candidate's latency: the fastest of its own samples and its re-timings'
+        (the tuner re-times its finalists together at the end of a run). Noise only adds time, so
+        a re-timing on a busy host never makes a record slower."""
         if not record.ranks:
             return math.inf
-        retimed = self._retimed.get((record.workload_key, record.hardware_key), {}).get(record.candidate_key)
-        return statistics.median(retimed) if retimed else record.latency
+        retimed = self._retimed.get((record.workload_key, record.hardware_key), {}).get(record.candidate_key, ())
+        return latency_of([*record.latencies, *retimed])
 
     def best(self, workload_key: str, hardware_key: str, k: int = 1) -> list[TuningRecord]:
         """The ``k`` fastest ok records (ties: the earlier commit first): the re-timed ones first,
-        by the median of their re-timings, then the others by their own latency. Records run under
-        emulation are not ranked.
+        then the others, each by :meth:`latency`. Records run under emulation are not ranked.
 
         The tuner re-times its finalists, the fastest by their own latencies, together at the end
-        of a run, under other conditions than the runs' own timings. Ranked on one scale, a
-        record left out of the finalists could outrank them all. At stop 36, C1D:0's finalists
-        re-timed at 0.037-0.040 ms against 0.032-0.036 their own, and a record never re-timed
-        won at its own 0.035 ms; timed side by side, the finalists ran 1.3-1.5x faster than it."""
+        of a run, side by side, and they are ranked among themselves first: a record left out
+        of the finalists was never compared with them under the same conditions."""
         ok = [r for r in self._records.get((workload_key, hardware_key), ()) if r.ranks]
         retimed = self._retimed.get((workload_key, hardware_key), {})
         return sorted(ok, key=lambda r: (r.candidate_key not in retimed, self.latency(r)))[: max(0, k)]

@@ -6,7 +6,7 @@
     wl = workloads.make("GMM", (1, 64, 64, 64), "float32")
     with Measurer(wl.func, "x86-emeraldrapids", workload=wl) as m:
         results = m.measure([sch1.func, sch2.func])
-    results[0].ok, results[0].latency            # True, 2.1e-05 (median seconds per call)
+    results[0].ok, results[0].latency            # True, 2.1e-05 (the fastest repeat, seconds per call)
     results[1].error                             # e.g. "wrong result: Not equal to tolerance ...; ..."
 
 How a batch is measured (:meth:`Measurer.measure`):
@@ -61,7 +61,12 @@ How a batch is measured (:meth:`Measurer.measure`):
    tolerance rule. A mismatch is the error ``"wrong result: ..."``. A candidate is checked on its
    first measurement by this Measurer (by structural hash) and only run on later ones.
 4. **Time.** ``mod.time(number, repeat)``; when ``number`` is None it grows until one repeat
-   takes at least ``min_repeat_ms`` (20 ms). The latencies are seconds per call, one per repeat.
+   takes at least ``min_repeat_ms`` (20 ms). The latencies are seconds per call, one per repeat;
+   the candidate's latency is the fastest (noise only adds time; :mod:`.noise`). On a CPU the
+   runner times a reference kernel just before and after, and the result carries its slowdown
+   over the quietest it has run on this machine (``disturbance``); a candidate timed with the
+   reference over ``noise.DISTURBED`` times slower is timed once more, keeping both timings'
+   samples and the lesser disturbance.
    A model's kernel (its weights marked ``layout_free_buffers``, :func:`~tensorsearch.transform.
    mark_layout_free`) is timed as the model runs it: the build cuts the candidate's stages that
    read only weights into a prepack, which the runner runs once before the check, untimed, and
@@ -88,7 +93,6 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import tempfile
 import threading
 import time
@@ -108,6 +112,7 @@ from ..ir.stmt import Block, IterType, PrimFunc
 from ..target import CpuIdentity, Hardware, load
 from ..transform import ConstantSplit, layout_free_params, split_constant_stages
 from ..workloads import Workload
+from .noise import DISTURBED, ReferenceClock, latency_of
 
 __all__ = ["MeasureResult", "MeasureStopped", "Measurer", "init_ray"]
 
@@ -138,6 +143,7 @@ class MeasureResult:
     run_end: float | None = None  # ... and its timing ended
     emulated: bool = False  # run under qemu: checked, but its latency (qemu's wall time) ranks nothing
     measured_on: CpuIdentity | None = None  # the CPU of the node that timed it (None: a GPU's, emulated or never run)
+    disturbance: float | None = None  # the reference kernel's slowdown beside it (.noise; None: not taken)
 
     @property
     def ok(self) -> bool:
@@ -145,8 +151,8 @@ class MeasureResult:
 
     @property
     def latency(self) -> float:
-        """The median latency in seconds; ``math.inf`` when it failed."""
-        return statistics.median(self.latencies) if self.ok else math.inf
+        """The fastest latency in seconds (:func:`~.noise.latency_of`); ``math.inf`` when it failed."""
+        return latency_of(self.latencies) if self.ok else math.inf
 
 
 def ray_started() -> bool:
@@ -350,6 +356,7 @@ class _Runner:
         self.cold: tuple[int, ...] = ()  # parameters of the loaded candidate timed out of cache
         self.args: list[np.ndarray] = []
         self.started = 0.0  # wall-clock time the current candidate's check run began
+        self.clock: ReferenceClock | bool | None = None  # the reference kernel; False: it cannot be built here
         self._crash_file = open(os.path.join(self.dir, "crash.txt"), "w")  # held open while the process lives
         faulthandler.enable(file=self._crash_file, all_threads=False)
 
@@ -475,17 +482,49 @@ class _Runner:
 
     def time(self, number: int, repeat: int, min_repeat_ms: float, flush_cache: bool = False) -> dict[str, Any]:
         """Time the loaded candidate: seconds per call of each repeat (each after a cache flush
-        when ``flush_cache``)."""
-        try:
-            cold = {"cold": self.cold} if self.cold and not flush_cache else {}
+        when ``flush_cache``), with the reference kernel timed just before and after it on a CPU
+        (``disturbance``, :mod:`.noise`; None on a GPU). A timing disturbed over
+        ``noise.DISTURBED`` is taken once more: the reply has the samples of both and the lesser
+        disturbance."""
+        cold = {"cold": self.cold} if self.cold and not flush_cache else {}
+
+        def once() -> list[float]:
             r = self.mod.time(
                 *self.args, number=number, repeat=repeat, min_repeat_ms=min_repeat_ms, flush_cache=flush_cache, **cold
             )
+            return list(r.results)
+
+        try:
+            clock = self._clock()
+            if clock is None:
+                return self._reply(error=None, latencies=once(), disturbance=None)
+            before = clock.seconds()
+            latencies = once()
+            disturbance = clock.disturbance(before, clock.seconds())
+            if disturbance > DISTURBED:
+                before = clock.seconds()
+                latencies += once()
+                disturbance = min(disturbance, clock.disturbance(before, clock.seconds()))
         except Exception as e:
             return self._reply(error="run: " + _short(e), latencies=[])
         finally:
             self.mod, self.args = None, []
-        return self._reply(error=None, latencies=list(r.results))
+        return self._reply(error=None, latencies=latencies, disturbance=disturbance)
+
+    def _clock(self) -> ReferenceClock | None:
+        """The reference kernel (built on first use), for a candidate compiled for this CPU; None
+        for a GPU's, or where the reference cannot be built (then timings carry no disturbance)."""
+        from ..runtime import LoadedModule, default_threads
+        from ..target.hardware import host_identity
+
+        if not isinstance(self.mod, LoadedModule):
+            return None
+        if self.clock is None:
+            try:
+                self.clock = ReferenceClock(host_identity().cpu, default_threads())
+            except Exception:
+                self.clock = False
+        return self.clock or None
 
     def _reply(self, **fields: Any) -> dict[str, Any]:
         """A call's reply, with the wall-clock window of the candidate's check and timing so far."""
@@ -1260,7 +1299,7 @@ class _Batch:
         emulated = bool(reply and reply.get("emulated"))
         result = MeasureResult(
             tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end, emulated,
-            measured_on=None if emulated else slot.identity,
+            measured_on=None if emulated else slot.identity, disturbance=(reply or {}).get("disturbance"),
         )  # fmt: skip
         self.out[i] = result
         if self.on_result is not None:

@@ -288,14 +288,16 @@ def _failed_count(result: Any) -> int:
 def final_summary(result: Any, files: Iterable[str | os.PathLike[str]] = ()) -> str:
     """The table printed when a tuning run ends, for a ``TuneResult``.
 
-    Lists the workload, hardware, trials, records and failures, the best latency and
-    throughput, the wall time of the run, and the files written: the work dir's ``database/``
-    plus ``files`` (the CLI's curve and trace files).
+    Lists the workload, hardware, trials, records and failures, the best latency (with the
+    statistic that made it) and throughput, how disturbed the host was, the wall time of the run,
+    and the files written: the work dir's ``database/`` plus ``files`` (the CLI's curve and trace
+    files).
     """
     records = list(getattr(result, "records", ()))
     latency = result.latency
     if latency is not None and math.isfinite(latency):
-        best_latency = f"{latency * 1e3:.4g} ms"
+        statistic = getattr(result, "statistic", None)
+        best_latency = f"{latency * 1e3:.4g} ms" + (f"  ({statistic} of its timed repeats)" if statistic else "")
         throughput = _throughput(result.throughput, result.unit)
     else:
         best_latency = throughput = "none: no trial succeeded"
@@ -309,6 +311,7 @@ def final_summary(result: Any, files: Iterable[str | os.PathLike[str]] = ()) -> 
         ("records", f"{len(records)} ({_failed_count(result)} failed)"),
         ("best latency", best_latency),
         ("throughput", throughput),
+        *([("host", host.line().removeprefix("host: "))] if (host := getattr(result, "host", None)) else []),
         ("tuning time", f"{format_duration(result.wall_seconds)}  ({result.wall_seconds:.1f} s)"),
         ("files written", written[0]),
         *[("", f) for f in written[1:]],
@@ -359,9 +362,15 @@ def write_curve_csv(path: str | os.PathLike[str], curve: Iterable[tuple[int, flo
 
 
 def write_curve_png(
-    path: str | os.PathLike[str], curve: Iterable[tuple[int, float | None]], title: str, unit: str
+    path: str | os.PathLike[str],
+    curve: Iterable[tuple[int, float | None]],
+    title: str,
+    unit: str,
+    retimed_at: int | None = None,
 ) -> Path:
     """Plot the best throughput so far against trials (a step plot) into a PNG; return its path.
+    ``retimed_at``: the trials done when the finalists were re-timed (``TuneResult.retimed_at``),
+    marked with a dotted line; the curve's last point is the best after the re-timing.
 
     Uses matplotlib's Agg canvas directly (no pyplot, so no global backend is changed).
     """
@@ -385,6 +394,9 @@ def write_curve_png(
         ax.set_ylim(0, max(y for _, y in ok) * 1.15)
     else:
         ax.text(0.5, 0.5, "no successful trial yet", ha="center", va="center", transform=ax.transAxes)
+    if retimed_at is not None:
+        ax.axvline(retimed_at, color="tab:gray", linestyle=":", linewidth=1.2, label="finalists re-timed")
+        ax.legend(loc="lower right")
     if xs:
         ax.set_xlim(0, max(xs) * 1.02 or 1)
     ax.set_xlabel("trials")

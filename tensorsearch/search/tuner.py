@@ -32,8 +32,8 @@ from __future__ import annotations
 import math
 import os
 import shutil
-import statistics
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +54,7 @@ from .cost_model import CostModel
 from .database import Database
 from .database import workload_key as workload_key_of
 from .evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
+from .noise import LATENCY_STATISTIC, HostConditions
 from .space import Candidate, DesignSpace
 
 # A candidate whose check run is this many times slower than the task's best is not timed again
@@ -106,10 +107,18 @@ class TuneResult:
     name: str
     search_stats: list[RoundStats] = field(default_factory=list)
     transferred: int = 0  # records of other workloads the cost model was pre-trained on
+    host: HostConditions = field(default_factory=lambda: HostConditions.of([]))  # how busy the host was
+    retimed_at: int | None = None  # the trials done when the finalists were re-timed (a point of the curve)
+    statistic: str = LATENCY_STATISTIC  # how a record's repeats make its latency
 
     @property
     def failed(self) -> int:
         return sum(1 for r in self.records if not r.ok)
+
+
+class HostBusyWarning(UserWarning):
+    """The host was busy while a run timed its candidates: its latencies are inflated and its best
+    may be wrong (``TuneResult.host``)."""
 
 
 class TuneError(RuntimeError):
@@ -294,7 +303,10 @@ def _tune(
         if len(task.records) > done_at_start:
             stage(f"re-timing the {finalist_count(len(task.ok_records))} fastest together", len(task.records))
             task.retime_finalists(measurer)
-        return task.result(t_start, work_dir, transferred)
+        result = task.result(t_start, work_dir, transferred)
+        if (busy := result.host.warning()) is not None:
+            warnings.warn(f"tune: {busy}", HostBusyWarning, stacklevel=4)
+        return result
     finally:
         measurer.close()
         evaluator.close()
@@ -337,6 +349,7 @@ class TaskSearch:
         for i, r in enumerate(self.records):
             self.best = min(self.best, r.latency)
             self.curve.append((i + 1, self.throughput(self.best)))
+        self.retimed_at: int | None = None  # the trials done when the finalists were re-timed
         self.measured: list[Candidate] = []  # successful candidates, fastest first
         self.stats: list[RoundStats] = []
         self._resumed = False
@@ -428,6 +441,7 @@ class TaskSearch:
                 run_end=result.run_end,
                 emulated=result.emulated,
                 measured_on=result.measured_on,
+                disturbance=result.disturbance,
             )
             self.db.commit_record(rec)
             self.records.append(rec)
@@ -481,8 +495,9 @@ class TaskSearch:
 
         On the shared 2-vCPU machine, one candidate's tuner latency and a later timing differed by
         up to 35%, both ways (float32 C2D:2: the tuner's best, 1.26 ms, re-timed at 1.4-1.7 ms; its
-        third, 1.42 ms, at 1.13-1.21 ms). Each round's latencies are leveled (:func:`level_rounds`)
-        before they are recorded, the latencies as timed beside them."""
+        third, 1.42 ms, at 1.13-1.21 ms). A re-timing only adds samples: each finalist keeps the
+        fastest of all its samples (:meth:`Database.latency`), and the best so far becomes the
+        best record's, a point of its own on the curve (``retimed_at``)."""
         by_key = {c.key: c for c in self.measured}
         fastest = self.db.fastest_measured(self.wkey, self.hkey, finalist_count(len(self.ok_records)))
         chosen = fastest + self.db.best(self.wkey, self.hkey, 1)
@@ -493,9 +508,11 @@ class TaskSearch:
             rounds = measurer.retime([by_key[r.candidate_key].func for r in finalists], FINALIST_ROUNDS)
         finally:
             self.record_events(measurer)
-        for rec, timed, leveled in zip(finalists, rounds, level_rounds(rounds), strict=True):
-            as_timed = [x for r in timed for x in r]
-            self.db.commit_retiming(self.wkey, self.hkey, rec.candidate_key, leveled, as_timed=as_timed)
+        for rec, timed in zip(finalists, rounds, strict=True):
+            self.db.commit_retiming(self.wkey, self.hkey, rec.candidate_key, [x for r in timed for x in r])
+        self.best = self.best_latency()
+        self.retimed_at = len(self.records)
+        self.curve.append((len(self.records), self.throughput(self.best)))
 
     def best_latency(self) -> float:
         """The best record's latency (re-timings included); ``math.inf`` when none ran."""
@@ -525,35 +542,19 @@ class TaskSearch:
             name=self.name,
             search_stats=list(self.stats),
             transferred=transferred,
+            host=self.host_conditions(),
+            retimed_at=self.retimed_at,
         )
+
+    def host_conditions(self) -> HostConditions:
+        """How disturbed the host was while this task's records were timed."""
+        return HostConditions.of([r.disturbance for r in self.records if r.ranks])
 
 
 def finalist_count(measured: int) -> int:
     """How many of ``measured`` correct candidates the end of a run re-times: the fastest quarter,
     at least ``MIN_FINALISTS`` and at most ``FINALISTS`` (8 -> 6, 40 -> 10, 64 -> 12)."""
     return min(FINALISTS, max(MIN_FINALISTS, measured // 4), measured)
-
-
-def level_rounds(rounds: Sequence[Sequence[Sequence[float]]]) -> list[list[float]]:
-    """Re-timed latencies, per candidate, with every round's scaled to the host's usual speed.
-
-    ``rounds[i][r]``: candidate ``i``'s latencies in round ``r`` (empty where it failed). The
-    shared host slows every kernel at once, by up to 1.5x, in spells of 10-30 s (DEP:0, Zen 4:
-    two kernels timed alternately for a minute kept a 1.44-1.60 ratio while both moved 1.5x), so
-    a pooled median can rank a candidate by the spell its samples fell in. A round's level is the
-    geometric mean of its medians over the candidates timed in every round; its latencies are
-    multiplied by the median of the rounds' levels over its own. With fewer than two such
-    candidates the latencies are only flattened::
-
-        level_rounds([[[1.0], [2.0], [1.0]], [[1.5], [3.0], [1.5]]])   # round 2 ran 2x slower
-        -> [[1.0, 1.0, 1.0], [1.5, 1.5, 1.5]]
-    """
-    complete = [c for c in rounds if c and all(c)]
-    if len(complete) < 2:
-        return [[x for r in c for x in r] for c in rounds]
-    levels = [statistics.geometric_mean(statistics.median(c[r]) for c in complete) for r in range(len(complete[0]))]
-    usual = statistics.median(levels)
-    return [[x * usual / levels[r] for r, lats in enumerate(c) for x in lats] for c in rounds]
 
 
 def _pretrain(
