@@ -205,6 +205,7 @@ def tune_one(
         ),
         tuned=round(result.throughput, 2),
         curve=list(result.curve),
+        tuning_host=f"{result.host.median:.2f}x ({result.host.disturbed}/{result.host.timings} disturbed)",
     )
     if result.module is None or not math.isfinite(result.latency):
         row["error"] = "no trial succeeded"
@@ -255,6 +256,8 @@ def tune_one(
             row.update(peak_columns(ours_best, refs))
     best = statistics.median(ours)
     row.update(threads=args.threads, ours=round(best, 2), ours_ms=round(wl.flops / best / 1e6, 4))
+    # the host's state while re-timing: the reference's spread over the rounds (1: steady) and the load
+    row.update(ref_spread=round(max(refs) / min(refs), 2) if refs else "", load=round(os.getloadavg()[0], 2))
     return row
 
 
@@ -300,6 +303,7 @@ COLUMNS = [
     ("made_per_s", "candidates/s"),
     ("unit", "unit"),
     ("tuned", "tuned (tuner's measure)"),
+    ("tuning_host", "host while tuning (reference slowdown)"),
     ("ours", "ours, re-timed median"),
     ("ours_ms", "ours ms"),
     ("numpy", "numpy float32"),
@@ -307,6 +311,8 @@ COLUMNS = [
     ("peak", "peak G(FL)OPS (int8: vpdpbusd, float32: FMA)"),
     ("ratio_vs_peak", "ours / peak"),
     ("best_vs_best_peak", "ours best / best peak"),
+    ("ref_spread", "reference max / min"),
+    ("load", "load average"),
     ("tvm", "TVM MetaSchedule"),
     ("error", "error"),
 ]

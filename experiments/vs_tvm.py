@@ -257,6 +257,7 @@ def compare_one(
     if result.module is None or not math.isfinite(result.latency):
         raise Failure("tensorsearch: no trial succeeded")
     row["ours_tuned_ms"] = round(result.latency * 1e3, 4)
+    row["ours_tuning_host"] = f"{result.host.median:.2f}x ({result.host.disturbed}/{result.host.timings} disturbed)"
     dump_ours(result, dump)
     check_and_time(wl, *ours_programs(wl, result.trace, hw, packed), worker, args, work, row)
 
@@ -274,7 +275,10 @@ def retime_one(
     for path in (dump / "ours_trace.json", dump / "tvm_lib.so"):
         if not path.is_file():
             raise Failure(f"--retime: {path} is missing")
-    keep = ("args", "vnni", "weights", "trials", "tvm_tuned_ms", "ours_tuned_ms", "tvm_wall_s", "ours_wall_s")
+    keep = (
+        "args", "vnni", "weights", "trials", "tvm_tuned_ms", "ours_tuned_ms", "ours_tuning_host", "tvm_wall_s",
+        "ours_wall_s",
+    )  # fmt: skip
     row.update({k: earlier[k] for k in keep if earlier.get(k) not in (None, "")})
     trace = Trace.from_json((dump / "ours_trace.json").read_text())
     worker.ask(cmd="load", path=str(dump / "tvm_lib.so"))
@@ -376,6 +380,7 @@ COLUMNS = [
     ("ratio", "ours/TVM speed"),
     ("tvm_tuned_ms", "TVM tuner's ms"),
     ("ours_tuned_ms", "our tuner's ms"),
+    ("ours_tuning_host", "host while we tuned (reference slowdown)"),
     ("tvm_wall_s", "TVM tuning wall s"),
     ("ours_wall_s", "ours tuning wall s"),
     ("load", "load avg at re-timing"),
