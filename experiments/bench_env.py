@@ -2,9 +2,7 @@
 
 ``reexec_without_openblas_overrides()`` re-executes the script without ``OPENBLAS_CORETYPE`` /
 ``OPENBLAS_L2_SIZE`` (set on some machines for old OpenBLAS builds; they slow a current numpy, the
-reference the benchmarks time against). libgomp keeps its own wait policy (spin a little, then
-sleep): ``OMP_WAIT_POLICY=passive`` made every parallel region wake sleeping threads, doubling the
-latency of sub-millisecond kernels (docs/codegen.md).
+reference the benchmarks time against).
 
 ``settle()`` pauses between two samples of different thread pools (TVM's, OpenBLAS's, ours):
 a pool keeps its threads spinning for a while after its work returns, and a sample taken at once
@@ -19,7 +17,7 @@ import sys
 import time
 
 _STRIP = ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE")
-SETTLE_SECONDS = 0.2  # longer than a pool's spin after its work (libgomp, TVM's, OpenBLAS's)
+SETTLE_SECONDS = 0.2  # longer than a pool's spin after its work (ours, TVM's, OpenBLAS's)
 
 
 def settle() -> None:

@@ -41,9 +41,9 @@ How a batch is measured (:meth:`Measurer.measure`):
    runner that died with its node has its candidate timed on another node (an infrastructure
    event, never the candidate's failure; a candidate whose runner dies while its node stays up
    crashed it). A build lost with its node runs again elsewhere (Ray retries system failures).
-   Runners start with ``OMP_NUM_THREADS`` = the node's CPUs (Ray would otherwise set it to 1 for
-   an actor without CPUs, making parallel loops serial) and libgomp's own wait policy
-   (``OMP_WAIT_POLICY=passive`` doubled the latency of sub-millisecond kernels; docs/codegen.md).
+   Runners start with ``TENSORSEARCH_NUM_THREADS`` = the node's CPUs, the thread pool's default
+   (Ray sets ``OMP_NUM_THREADS`` to 1 for an actor without CPUs, which would make parallel loops
+   serial; docs/codegen.md).
    The build tasks, the runners and the search's actors run at the driver's niceness: a local
    cluster is started with Ray's ``worker_niceness`` at 0 (Ray adds it to the niceness its
    processes inherit from the driver; its default, 15, left them ~2% of a core beside a busy
@@ -913,7 +913,7 @@ class RunnerPool:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         token = f"tensorsearch-runner-{uuid.uuid4().hex}"
-        env = {"OMP_NUM_THREADS": str(cpus)}  # libgomp's own wait policy: passive doubled small kernels' latency
+        env = {"TENSORSEARCH_NUM_THREADS": str(cpus)}  # before Ray's OMP_NUM_THREADS=1 (runtime.default_threads)
         actor = (
             _remote_runner()
             .options(
