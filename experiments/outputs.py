@@ -11,6 +11,9 @@ Everything else a run makes (tuning work dirs, logs, kernel dumps) goes under
 :attr:`Outputs.scratch`: the out dir, or ``results/<script>/`` when the out dir is the tracked
 one, so none of it lands in a tracked path or the repository root. A fresh work dir per run
 (:meth:`Outputs.fresh_dir`) keeps a tuner from resuming an earlier run's records by accident.
+
+:func:`outputs` also makes every later warning one line, ``<script>.py: warning: ...``, as the
+``tensorsearch`` command does (a derived host's HardwareWarning among them).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -124,8 +128,21 @@ class Outputs:
         return line
 
 
+def one_line_warnings(script: str) -> None:
+    """Show each warning from here on as one line, ``SCRIPT.py: warning: MESSAGE``, the way the
+    ``tensorsearch`` command does: a derived host's :class:`HardwareWarning` (issued once per
+    process) is then one line, not Python's ``file:line: Category: ...`` with a source line after it."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        print(f"{script}.py: warning: {message}", file=sys.stderr if file is None else file, flush=True)
+
+    warnings.showwarning = show
+
+
 def outputs(args: argparse.Namespace, script: str) -> Outputs:
-    """The :class:`Outputs` of parsed ``args``; exits with a one-line error where they are refused."""
+    """The :class:`Outputs` of parsed ``args``; exits with a one-line error where they are refused.
+    Warnings are shown as one line each from here on (:func:`one_line_warnings`)."""
+    one_line_warnings(script)
     try:
         out = resolve_out(args.out, args.update_tracked, script)
     except OutputError as err:

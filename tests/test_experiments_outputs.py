@@ -82,6 +82,35 @@ def test_scratch_stays_out_of_the_tracked_dir(tmp_path, monkeypatch):
         outputs.outputs(Args(), "vs_tvm")
 
 
+def test_a_derived_host_is_one_warning_line_at_most():
+    """A script's warnings are one line each (outputs.outputs installs it); the derived host's
+    HardwareWarning comes once however often the host is asked for, and not at all on a host a
+    shipped descriptor matches."""
+    code = (
+        "import outputs, sys\n"
+        "class Args:\n    out, update_tracked = sys.argv[1], False\n"
+        "outputs.outputs(Args(), 'e2e')\n"
+        "import warnings\n"
+        "from tensorsearch.target import host, load\n"
+        "derived = host().source is None\n"
+        "host(); load('host'); host()\n"
+        "warnings.warn('a second line? no', UserWarning)\n"
+        "print(derived)\n"
+    )
+    res = subprocess.run(
+        [sys.executable, "-c", code, str(outputs.default_out("e2e"))],
+        cwd=EXPERIMENTS, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    derived = res.stdout.strip() == "True"
+    lines = res.stderr.strip().splitlines()
+    want = ["e2e.py: warning: a second line? no"]
+    if derived:
+        assert lines[0].startswith("e2e.py: warning: hardware 'host': derived from the CPU's reported name"), res.stderr
+        want.insert(0, lines[0])
+    assert lines == want, res.stderr
+
+
 def _run_all(args: list[str]) -> dict[str, subprocess.CompletedProcess]:
     """Every script with ``args``, started at once (each imports numpy/tensorsearch: 0.5-2 s)."""
     procs = {

@@ -142,9 +142,11 @@ def compile_model(
     ``hardware`` (None: the host); see the module docstring. ``progress(done, total, task,
     source)`` is called after each task is built."""
     t0 = time.perf_counter()
+    # the work dir first: a mistake in it is the one thing said, before the host is resolved
+    # (a derived host's HardwareWarning would otherwise come ahead of the error)
+    db = Database.open_existing(work_dir) if work_dir is not None else None
     hw = resolve(hardware)
     graph, kernels, tasks = model_tasks(model, input_shapes=input_shapes, layout=layout)
-    db = Database.open_existing(work_dir) if work_dir is not None else None
     programs: dict[str, TaskProgram] = {}
     sources: dict[str, str] = {}
     for n, task in enumerate(tasks):
