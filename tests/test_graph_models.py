@@ -21,7 +21,16 @@ from onnx import numpy_helper
 
 from tensorsearch.graph import models
 
-NAMES = ["resnet50", "mobilenet_v2", "bert_base", "bert_large", "vit_b_16", "resnet50_int8", "bert_base_int8"]
+NAMES = [
+    "resnet50",
+    "mobilenet_v2",
+    "efficientnet_b0",
+    "bert_base",
+    "bert_large",
+    "vit_b_16",
+    "resnet50_int8",
+    "bert_base_int8",
+]
 
 
 @functools.cache
@@ -100,6 +109,8 @@ def test_random_inputs_of_any_model_treat_a_symbolic_dim_as_1():
 EXPECTED_OPS = {
     "resnet50": {"Conv", "Relu", "MaxPool", "Add", "GlobalAveragePool", "Flatten", "Gemm"},
     "mobilenet_v2": {"Conv", "BatchNormalization", "Clip", "Add", "GlobalAveragePool", "Flatten", "Gemm"},
+    "efficientnet_b0": {"Conv", "BatchNormalization", "Sigmoid", "Mul", "Add", "GlobalAveragePool", "Flatten",
+                        "Gemm"},
     "bert_base": {"Gather", "Add", "LayerNormalization", "MatMul", "Reshape", "Transpose", "Div", "Softmax", "Erf",
                   "Mul", "Unsqueeze", "Cast", "Sub", "Gemm", "Tanh"},
     "vit_b_16": {"Conv", "Reshape", "Transpose", "Concat", "Add", "LayerNormalization", "MatMul", "Div", "Softmax",
@@ -122,6 +133,8 @@ def test_models_are_made_of_the_ops_torch_onnx_exports(name):
         clips = [n for n in model.graph.node if n.op_type == "Clip"]
         values = {t.name: float(numpy_helper.to_array(t)) for t in model.graph.initializer if not t.dims}
         assert {(values[n.input[1]], values[n.input[2]]) for n in clips} == {(0.0, 6.0)}
+    if name == "efficientnet_b0":
+        check_efficientnet_structure(model, convs, attrs)
     if name == "vit_b_16":  # patch embedding: 16x16, stride 16
         assert attrs == [{"kernel_shape": [16, 16], "strides": [16, 16], "pads": [0, 0, 0, 0], "dilations": [1, 1]}]
         assert [n.op_type for n in model.graph.node].count("LayerNormalization") == 2 * 2 + 1
@@ -131,7 +144,41 @@ def test_models_are_made_of_the_ops_torch_onnx_exports(name):
         assert [n.input[0] in inits for n in gathers] == [True, True, True, False]  # 3 embeddings, the pooler
 
 
-@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2"])
+def check_efficientnet_structure(model, convs, attrs):
+    """The reduced EfficientNet-B0: 5 MBConv blocks (the first with expand ratio 1), two with a
+    residual Add; SiLU = Mul(x, Sigmoid(x)); squeeze-excitation = Mul(Sigmoid(fc2), x) where fc1
+    and fc2 are the only Convs with a bias and fc1 reads a GlobalAveragePool; 3x3 and 5x5
+    depthwise convolutions padded k // 2; every other Conv followed by BatchNormalization."""
+    blocks = 5
+    nodes = model.graph.node
+    producers = {o: n for n in nodes for o in n.output}
+    consumers = {}
+    for n in nodes:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    muls = [n for n in nodes if n.op_type == "Mul"]
+    silus = [
+        m for m in muls if producers[m.input[1]].op_type == "Sigmoid" and producers[m.input[1]].input == [m.input[0]]
+    ]
+    gates = [m for m in muls if producers[m.input[0]].op_type == "Sigmoid"]
+    assert len(silus) == 1 + 2 + 3 * (blocks - 1) + 1  # stem; expand (not in block 1), depthwise, fc1; head
+    assert len(gates) == blocks and len(muls) == len(silus) + len(gates)
+    assert [n.op_type for n in nodes].count("Sigmoid") == len(muls)
+    for gate in gates:  # Sigmoid(fc2(SiLU(fc1(GlobalAveragePool(x))))) * x
+        fc2 = producers[producers[gate.input[0]].input[0]]
+        fc1 = producers[producers[fc2.input[0]].input[0]]
+        pool = producers[fc1.input[0]]
+        assert (fc2.op_type, fc1.op_type, pool.op_type) == ("Conv", "Conv", "GlobalAveragePool")
+        assert pool.input[0] == gate.input[1] and len(fc1.input) == len(fc2.input) == 3
+    biased = [n for n in convs if len(n.input) == 3]
+    assert len(biased) == 2 * blocks
+    assert all(consumers[n.output[0]][0].op_type == "BatchNormalization" for n in convs if len(n.input) == 2)
+    depthwise = {(a["kernel_shape"][0], a["pads"][0]) for a in attrs if a.get("group", 1) > 1}
+    assert depthwise == {(3, 1), (5, 2)}
+    assert [n.op_type for n in nodes].count("Add") == 2
+
+
+@pytest.mark.parametrize("name", ["resnet50", "mobilenet_v2", "efficientnet_b0"])
 def test_folded_and_unfolded_batchnorm_compute_the_same_function(name):
     builder, sizes = models.MODELS[name].builder, models.MODELS[name].reduced
     folded, unfolded = builder(**sizes, fold_bn=True, seed=5), builder(**sizes, fold_bn=False, seed=5)
@@ -183,11 +230,18 @@ def test_quantize_refuses_an_unknown_type():
 
 
 # torchvision's and transformers' parameter counts; ours count BatchNorm's running statistics
-# (MobileNet-V2: +1%) or fold BatchNorm into one bias per channel (ResNet-50: -0.1%)
-PUBLISHED = {"resnet50": 25_557_032, "mobilenet_v2": 3_504_872, "bert_base": 109_482_240, "vit_b_16": 86_567_656}
+# (MobileNet-V2: +1%, EfficientNet-B0: +0.8%) or fold BatchNorm into one bias per channel (ResNet-50: -0.1%)
+PUBLISHED = {
+    "resnet50": 25_557_032,
+    "mobilenet_v2": 3_504_872,
+    "efficientnet_b0": 5_288_548,
+    "bert_base": 109_482_240,
+    "vit_b_16": 86_567_656,
+}
 FULL_INPUTS = {
     "resnet50": [(1, 3, 224, 224)],
     "mobilenet_v2": [(1, 3, 224, 224)],
+    "efficientnet_b0": [(1, 3, 224, 224)],
     "bert_base": [(1, 128)] * 3,
     "vit_b_16": [(1, 3, 224, 224)],
 }

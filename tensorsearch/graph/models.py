@@ -10,21 +10,23 @@
     feeds = models.random_inputs(m, seed=0)         # {input name: seeded random array}
 
 The graphs look like what ``torch.onnx.export`` (the TorchScript exporter, opset 17, eval mode,
-constant folding on) writes for torchvision's ResNet-50 and MobileNet-V2 and Hugging Face's BERT
-and ViT: NCHW ``Conv`` with bias, ``MaxPool``, ``GlobalAveragePool``, ``Flatten`` and ``Gemm``
-(``transB=1``) for a 2-D ``Linear``; ``MatMul`` by a pre-transposed weight plus ``Add`` for a 3-D
-``Linear``; ``LayerNormalization``; the erf form of GELU (``Div``, ``Erf``, ``Add``, ``Mul``,
-``Mul``); ``Reshape``/``Transpose`` into and out of the attention heads; ``Gather`` for
-embeddings; ``Clip(0, 6)`` for ReLU6. Names follow the exporter's habits: initializers by module
-path (``layer1.0.conv1.weight``), nodes by scope (``/layer1.0/conv1/Conv``), node outputs
-``<node>_output_0``.
+constant folding on) writes for torchvision's ResNet-50, MobileNet-V2 and EfficientNet-B0 and
+Hugging Face's BERT and ViT: NCHW ``Conv`` with bias, ``MaxPool``, ``GlobalAveragePool``,
+``Flatten`` and ``Gemm`` (``transB=1``) for a 2-D ``Linear``; ``MatMul`` by a pre-transposed
+weight plus ``Add`` for a 3-D ``Linear``; ``LayerNormalization``; the erf form of GELU (``Div``,
+``Erf``, ``Add``, ``Mul``, ``Mul``); ``Reshape``/``Transpose`` into and out of the attention
+heads; ``Gather`` for embeddings; ``Clip(0, 6)`` for ReLU6; ``Mul(x, Sigmoid(x))`` for SiLU.
+Names follow the exporter's habits: initializers by module path (``layer1.0.conv1.weight``),
+nodes by scope (``/layer1.0/conv1/Conv``), node outputs ``<node>_output_0``.
 
 Batch normalization: in eval mode that exporter folds each BatchNorm into the convolution before
 it, so ``resnet50`` is folded (``Conv`` with bias, no ``BatchNormalization``), as the ResNet-50
-files people download are. ``mobilenet_v2`` keeps ``Conv`` (no bias) + ``BatchNormalization``,
-as an export that keeps the modules' training-mode structure writes it, so an importer's constant
-folding has something to fold. Both builders take ``fold_bn``; the two forms of one seed compute
-the same function (the folded weights are computed from the same random BatchNorm parameters).
+files people download are. ``mobilenet_v2`` and ``efficientnet_b0`` keep ``Conv`` (no bias) +
+``BatchNormalization``, as an export that keeps the modules' training-mode structure writes it,
+so an importer's constant folding has something to fold. The CNN builders take ``fold_bn``; the
+two forms of one seed compute the same function (the folded weights are computed from the same
+random BatchNorm parameters). ``efficientnet_b0``'s BatchNorm statistics are calibrated on
+random images as it is built (SiLU networks otherwise vanish or blow up; see its docstring).
 
 The int8 models are the float ones quantized by onnxruntime's own ``quantize_static`` in QDQ
 format (QuantizeLinear/DequantizeLinear around each quantized op) with min-max calibration over
@@ -50,6 +52,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 __all__ = [
     "BUILDER_VERSION",
+    "EFFICIENTNET_B0_SETTINGS",
     "MOBILENET_V2_SETTINGS",
     "MODELS",
     "ModelError",
@@ -58,6 +61,7 @@ __all__ = [
     "build_model",
     "cache_dir",
     "count_parameters",
+    "efficientnet_b0",
     "load_model",
     "mobilenet_v2",
     "model_path",
@@ -160,7 +164,7 @@ class _Graph:
 
 
 # --------------------------------------------------------------------------------------------
-# convolutional networks (torchvision's ResNet-50 and MobileNet-V2)
+# convolutional networks (torchvision's ResNet-50, MobileNet-V2 and EfficientNet-B0)
 
 
 def _conv_bn(
@@ -176,11 +180,17 @@ def _conv_bn(
     groups: int = 1,
     fold_bn: bool,
     gain: float = 1.0,
+    sample: dict[str, np.ndarray] | None = None,
 ) -> str:
     """Conv (no bias) then eval-mode BatchNorm, or the two folded into one Conv with bias.
 
     The weights are He-normal; the BatchNorm's random statistics scale each channel by about
     ``gain``, so a residual branch can start small (as zero-init-residual training leaves it).
+    With ``sample`` (numpy values of graph values, a batch of random inputs carried through the
+    network as it is built) the running statistics are the batch statistics of the convolution
+    on ``sample[x]`` instead, as a train-mode pass calibrates them, and the BatchNorm's output
+    goes into ``sample``: each channel's output then has a mean of about 0 and a standard
+    deviation of about ``gain`` however the layers before it scaled their activations.
     """
     fan_in = cin // groups * kernel * kernel
     w = g.normal((cout, cin // groups, kernel, kernel), math.sqrt(2.0 / fan_in))
@@ -189,6 +199,11 @@ def _conv_bn(
     mean = g.normal((cout,), 0.05)
     var = g.uniform((cout,), 0.8, 1.2)
     eps = 1e-5
+    if sample is not None:
+        y = _conv2d(sample[x], w, stride, groups)
+        mean, var = y.mean(axis=(0, 2, 3)).astype(np.float32), y.var(axis=(0, 2, 3)).astype(np.float32)
+        scale = gamma / np.sqrt(var + np.float32(eps))
+        bn_out = (y - mean[:, None, None]) * scale[:, None, None] + beta[:, None, None]
     attrs = {"kernel_shape": [kernel, kernel], "strides": [stride, stride], "pads": [kernel // 2] * 4}
     if groups != 1:
         attrs["group"] = groups
@@ -196,13 +211,42 @@ def _conv_bn(
         scale = gamma / np.sqrt(var + np.float32(eps))
         wf = g.weight(f"{conv}.weight", w * scale[:, None, None, None])
         bf = g.weight(f"{conv}.bias", beta - mean * scale)
-        return g.op("Conv", [x, wf, bf], conv, dilations=[1, 1], **attrs)
-    y = g.op("Conv", [x, g.weight(f"{conv}.weight", w)], conv, dilations=[1, 1], **attrs)
-    params = [
-        g.weight(f"{bn}.{p}", a)
-        for p, a in zip(("weight", "bias", "running_mean", "running_var"), (gamma, beta, mean, var))
+        out = g.op("Conv", [x, wf, bf], conv, dilations=[1, 1], **attrs)
+    else:
+        y = g.op("Conv", [x, g.weight(f"{conv}.weight", w)], conv, dilations=[1, 1], **attrs)
+        params = [
+            g.weight(f"{bn}.{p}", a)
+            for p, a in zip(("weight", "bias", "running_mean", "running_var"), (gamma, beta, mean, var))
+        ]
+        out = g.op("BatchNormalization", [y, *params], bn, epsilon=eps, momentum=0.9)
+    if sample is not None:
+        sample[out] = bn_out
+    return out
+
+
+def _conv2d(x: np.ndarray, w: np.ndarray, stride: int, groups: int, bias: np.ndarray | None = None) -> np.ndarray:
+    """numpy's NCHW ``Conv`` with pads ``kernel // 2``: dense (groups 1) or depthwise (groups = channels),
+    in the wider of the two dtypes."""
+    n, c, h, wd = x.shape
+    k = w.shape[-1]
+    if groups not in (1, c) or (groups == c and w.shape[:2] != (c, 1)):
+        raise ValueError(f"_conv2d: groups {groups} of {c} channels is neither dense nor depthwise")
+    p = k // 2
+    xp = np.pad(x, ((0, 0), (0, 0), (p, p), (p, p)))
+    ho, wo = (h + 2 * p - k) // stride + 1, (wd + 2 * p - k) // stride + 1
+    taps = [
+        xp[:, :, i : i + stride * (ho - 1) + 1 : stride, j : j + stride * (wo - 1) + 1 : stride]
+        for i in range(k)
+        for j in range(k)
     ]
-    return g.op("BatchNormalization", [y, *params], bn, epsilon=eps, momentum=0.9)
+    if groups == 1:  # one matmul over (channel, tap) columns
+        cols = np.stack(taps, axis=2).reshape(n, c * k * k, ho * wo)
+        out = (w.reshape(len(w), c * k * k) @ cols).reshape(n, len(w), ho, wo)
+    else:
+        out = np.zeros((n, c, ho, wo), np.result_type(x, w))
+        for t, patch in enumerate(taps):
+            out += patch * w[:, 0].reshape(c, k * k)[None, :, t, None, None]
+    return out if bias is None else out + bias[:, None, None]
 
 
 def _classifier(g: _Graph, x: str, name: str, cin: int, num_classes: int, out: str) -> str:
@@ -339,6 +383,147 @@ def mobilenet_v2(
     return g.model(
         "mobilenet_v2", "MobileNet-V2 (torchvision layout), seeded random weights", {**sizes, "fold_bn": fold_bn}
     )
+
+
+# torchvision's EfficientNet-B0 table (MBConvConfig): expand ratio, kernel, stride, input channels,
+# output channels, layers
+EFFICIENTNET_B0_SETTINGS = (
+    (1, 3, 1, 32, 16, 1),
+    (6, 3, 2, 16, 24, 2),
+    (6, 5, 2, 24, 40, 2),
+    (6, 3, 2, 40, 80, 3),
+    (6, 5, 1, 80, 112, 3),
+    (6, 5, 2, 112, 192, 4),
+    (6, 3, 1, 192, 320, 1),
+)
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _silu(g: _Graph, x: str, module: str, sample: dict[str, np.ndarray]) -> str:
+    """``nn.SiLU`` as the TorchScript exporter writes it: ``Mul(x, Sigmoid(x))``."""
+    y = g.op("Mul", [x, g.op("Sigmoid", [x], module)], module)
+    sample[y] = sample[x] * _sigmoid(sample[x])
+    return y
+
+
+def _squeeze_excitation(g: _Graph, x: str, p: str, channels: int, squeeze: int, sample: dict[str, np.ndarray]) -> str:
+    """torchvision's ``SqueezeExcitation``: ``sigmoid(fc2(silu(fc1(avgpool(x))))) * x``, the two
+    ``fc`` 1x1 convolutions with bias (He-normal weights, small random biases)."""
+    s = g.op("GlobalAveragePool", [x], f"{p}.avgpool")
+    sample[s] = sample[x].mean(axis=(2, 3), keepdims=True)
+    for name, cin, cout in (("fc1", channels, squeeze), ("fc2", squeeze, channels)):
+        w = g.normal((cout, cin, 1, 1), math.sqrt(2.0 / cin))
+        b = g.normal((cout,), 0.05)
+        out = g.op(
+            "Conv",
+            [s, g.weight(f"{p}.{name}.weight", w), g.weight(f"{p}.{name}.bias", b)],
+            f"{p}.{name}",
+            dilations=[1, 1],
+            kernel_shape=[1, 1],
+            pads=[0, 0, 0, 0],
+            strides=[1, 1],
+        )
+        sample[out] = _conv2d(sample[s], w, 1, 1, b)
+        s = _silu(g, out, f"{p}.activation", sample) if name == "fc1" else out
+    gate = g.op("Sigmoid", [s], f"{p}.scale_activation")
+    y = g.op("Mul", [gate, x], p)
+    sample[y] = _sigmoid(sample[s]) * sample[x]
+    return y
+
+
+def efficientnet_b0(
+    *,
+    settings: Sequence[Sequence[int]] = EFFICIENTNET_B0_SETTINGS,
+    width_mult: float = 1.0,
+    depth_mult: float = 1.0,
+    last_channel: int | None = None,
+    image_size: int = 224,
+    num_classes: int = 1000,
+    fold_bn: bool = False,
+    calibration_batch: int = 2,
+    seed: int = 0,
+) -> onnx.ModelProto:
+    """torchvision's EfficientNet-B0: MBConv blocks (1x1 expand, kxk depthwise, squeeze-and-
+    excitation, 1x1 project, each convolution followed by BatchNormalization) with SiLU as
+    ``Mul(x, Sigmoid(x))`` and a residual ``Add`` where stride 1 keeps the width.
+
+    ``settings`` rows are (expand ratio, kernel, stride, input channels, output channels, layers),
+    channels scaled by ``width_mult`` and layers by ``depth_mult`` as torchvision scales them for
+    B1-B7; the head has ``last_channel`` channels (4x the last stage's by default: 1280). Input
+    ``input`` (1, 3, S, S), output ``output`` (1, num_classes).
+
+    SiLU is not scale-free like ReLU: it passes a quarter of a small input's variance and half
+    of a large one's, so with fixed BatchNorm statistics the activations of 16 blocks either
+    vanish or blow up depending on the seed. The BatchNorms are calibrated instead: a batch of
+    ``calibration_batch`` random N(0, 1) images goes through the network as it is built (numpy,
+    float64, so that the statistics are the same bytes on every machine) and each BatchNorm's running statistics are its input's batch statistics, so every
+    BatchNorm's output has a mean of about 0 and a standard deviation of about 1, except the
+    last BatchNorm of a residual branch, scaled by 1/sqrt(blocks) as in :func:`mobilenet_v2`.
+    """
+    g = _Graph(seed)
+    rows = [
+        (t, k, s, _make_divisible(cin * width_mult), _make_divisible(cout * width_mult), math.ceil(n * depth_mult))
+        for t, k, s, cin, cout, n in settings
+    ]
+    x = g.input("input", TensorProto.FLOAT, (1, 3, image_size, image_size))
+    images = np.random.default_rng([seed, 1]).standard_normal((calibration_batch, 3, image_size, image_size))
+    sample = {x: images}  # float64, so that BLAS's summation order does not change a float32 statistic
+
+    def conv_bn(x: str, module: str, cin: int, cout: int, kernel: int, stride: int = 1, **kw: Any) -> str:
+        """torchvision's ``Conv2dNormActivation`` less its activation: ``{module}.0`` and ``.1``."""
+        return _conv_bn(
+            g, x, f"{module}.0", f"{module}.1", cin, cout, kernel, stride, fold_bn=fold_bn, sample=sample, **kw
+        )
+
+    cin = rows[0][3]
+    x = conv_bn(x, "features.0", 3, cin, 3, 2)
+    x = _silu(g, x, "features.0.2", sample)
+    blocks = sum(r[5] for r in rows)
+    for stage, (t, k, s, _, cout, n) in enumerate(rows):
+        for i in range(n):
+            stride = s if i == 0 else 1
+            hidden = _make_divisible(cin * t)
+            p = f"features.{stage + 1}.{i}.block"
+            y, j = x, 0
+            if hidden != cin:
+                y = conv_bn(y, f"{p}.0", cin, hidden, 1)
+                y = _silu(g, y, f"{p}.0.2", sample)
+                j = 1
+            y = conv_bn(y, f"{p}.{j}", hidden, hidden, k, stride, groups=hidden)
+            y = _silu(g, y, f"{p}.{j}.2", sample)
+            y = _squeeze_excitation(g, y, f"{p}.{j + 1}", hidden, max(1, cin // 4), sample)
+            residual = stride == 1 and cin == cout
+            gain = 1.0 / math.sqrt(blocks) if residual else 1.0
+            y = conv_bn(y, f"{p}.{j + 2}", hidden, cout, 1, gain=gain)
+            if residual:
+                out = g.op("Add", [y, x], f"features.{stage + 1}.{i}")
+                sample[out] = sample[y] + sample[x]
+                y = out
+            x, cin = y, cout
+            kept = sample[x]  # the block's output is all that the next block reads
+            sample.clear()
+            sample[x] = kept
+    last = last_channel if last_channel is not None else 4 * cin
+    head = f"features.{len(rows) + 1}"
+    x = conv_bn(x, head, cin, last, 1)
+    x = _silu(g, x, f"{head}.2", sample)
+    x = g.op("GlobalAveragePool", [x], "avgpool")
+    x = g.op("Flatten", [x], "", axis=1)
+    _classifier(g, x, "classifier.1", last, num_classes, out="output")
+    g.output("output", TensorProto.FLOAT, (1, num_classes))
+    sizes = {
+        "settings": [list(r) for r in settings],
+        "width_mult": width_mult,
+        "depth_mult": depth_mult,
+        "last_channel": last,
+        "image_size": image_size,
+        "num_classes": num_classes,
+    }
+    extra = {"fold_bn": fold_bn, "calibration_batch": calibration_batch}
+    return g.model("efficientnet_b0", "EfficientNet-B0 (torchvision layout), seeded random weights", {**sizes, **extra})
 
 
 # --------------------------------------------------------------------------------------------
@@ -714,6 +899,12 @@ MODELS: dict[str, ModelSpec] = {
             "num_classes": 10,
         },
         what="MobileNet-V2, 224x224, Conv + BatchNormalization (3.5 M weights)",
+    ),
+    "efficientnet_b0": ModelSpec(
+        efficientnet_b0,
+        {},
+        {"settings": EFFICIENTNET_B0_SETTINGS[:3], "width_mult": 0.5, "image_size": 32, "num_classes": 10},
+        what="EfficientNet-B0, 224x224, Conv + BatchNormalization, SiLU, squeeze-excitation (5.3 M weights)",
     ),
     "bert_base": ModelSpec(
         bert,
