@@ -78,6 +78,7 @@ from typing import Any
 
 import numpy as np
 
+from ..codegen.llvm import SERIAL_WORK, loop_work
 from ..ir import (
     EQ,
     GE,
@@ -474,8 +475,18 @@ class _Loop:
         self.var = node.loop_var
         self.lo = lo
         self.extent = extent
-        self.kind = ForKind.PARALLEL if node.kind == ForKind.THREAD_BINDING else node.kind
+        self.kind = _runs_as(node)
         self.annotations = node.annotations
+
+
+def _runs_as(node: For) -> ForKind:
+    """How the loop runs: a GPU thread binding as a parallel loop, and a CPU parallel loop too small
+    for a second thread serially, on the caller (``codegen.llvm.SERIAL_WORK``)."""
+    if node.kind == ForKind.THREAD_BINDING:
+        return ForKind.PARALLEL
+    if node.kind == ForKind.PARALLEL and loop_work(node) < SERIAL_WORK:
+        return ForKind.SERIAL
+    return node.kind
 
 
 class _Access:
