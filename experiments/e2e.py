@@ -37,13 +37,13 @@ import traceback
 from pathlib import Path
 
 import outputs
-from e2e_untuned import _check, _ort, _time, write_report
+from e2e_untuned import _check, _ort, _time, ratio_cell, write_report
 
 MODELS = ["resnet50", "mobilenet_v2", "bert_base", "vit_b_16", "resnet50_int8", "bert_base_int8"]
 TORCHVISION = {"resnet50", "mobilenet_v2", "vit_b_16"}
 FIELDS = [
     "model", "reduced", "hardware", "tasks", "trials", "tuning_s", "estimated_ms", "check", "ok",
-    "ours_ms", "ort_ms", "ort_over_ours", "torch_ms", "error",
+    "ours_ms", "ort_ms", "ort_over_ours", "ratio_spread", "load", "torch_ms", "error",
 ]  # fmt: skip
 
 TORCH_TIMER = """
@@ -104,7 +104,7 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
     exe = ts.compile_model(graph, hw, work_dir)
     sess = _ort(proto)
     check, ok = _check(name, proto, graph, exe, sess, args)
-    ours, theirs, ratio = _time(exe, sess, proto, graph, args.repeat)
+    ours, theirs, ratio, conditions = _time(exe, sess, proto, graph, args.repeat)
     row = {
         "model": name,
         "reduced": args.reduced,
@@ -118,6 +118,7 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
         "ours_ms": round(ours * 1e3, 4),
         "ort_ms": round(theirs * 1e3, 4),
         "ort_over_ours": round(ratio, 3),
+        **conditions,
         "torch_ms": torch_ms(name, args),
         "error": "",
     }
@@ -127,13 +128,14 @@ def run_model(name: str, args, scratch: Path) -> tuple[dict, str]:
 def write(rows: list[dict], tables: dict[str, str], out: Path, cmd: str) -> list[str]:
     columns = [
         ("model", "l"), ("tasks", "r"), ("trials", "r"), ("tuning s", "r"), ("estimated ms", "r"), ("agreement", "l"),
-        ("ours ms", "r"), ("onnxruntime ms", "r"), ("ort / ours", "r"), ("torch ms", "r"),
+        ("ours ms", "r"), ("onnxruntime ms", "r"), ("ort / ours", "r"), ("pairs' max / min", "r"), ("load", "r"),
+        ("torch ms", "r"),
     ]  # fmt: skip
 
     def cells(r: dict) -> list:
         return [
             r["tasks"], r["trials"], r["tuning_s"], r["estimated_ms"], r["check"] + ("" if r["ok"] else " **FAILED**"),
-            r["ours_ms"], r["ort_ms"], r["ort_over_ours"], r["torch_ms"],
+            r["ours_ms"], r["ort_ms"], ratio_cell(r), r["ratio_spread"], r["load"], r["torch_ms"],
         ]  # fmt: skip
 
     more = []

@@ -49,6 +49,8 @@ FIELDS = [
     "ours_ms",
     "ort_ms",
     "ort_over_ours",
+    "ratio_spread",
+    "load",
     "error",
 ]
 
@@ -105,7 +107,9 @@ def _check(name: str, proto, graph, exe, sess, args) -> tuple[str, bool]:
     return f"max error {worst:.1e} of the output scale", worst <= 1e-3
 
 
-def _time(exe, sess, proto, graph, repeat: int, pairs: int = 8, block_s: float = 0.3) -> tuple[float, float, float]:
+def _time(
+    exe, sess, proto, graph, repeat: int, pairs: int = 8, block_s: float = 0.3
+) -> tuple[float, float, float, dict]:
     """Ours and onnxruntime timed in ``pairs`` alternating pairs of blocks: each block a run not
     timed, then at least ``repeat`` timed runs and at least ``block_s`` seconds of them. Returns
     the median run of ours, of onnxruntime's, and the median over the pairs of onnxruntime's
@@ -134,7 +138,8 @@ def _time(exe, sess, proto, graph, repeat: int, pairs: int = 8, block_s: float =
             runs[name] += times
             block[name] = statistics.median(times)
         ratios.append(block["ort"] / block["ours"])
-    return statistics.median(runs["ours"]), statistics.median(runs["ort"]), statistics.median(ratios)
+    conditions = {"ratio_spread": round(max(ratios) / min(ratios), 3), "load": round(os.getloadavg()[0], 2)}
+    return statistics.median(runs["ours"]), statistics.median(runs["ort"]), statistics.median(ratios), conditions
 
 
 def _schedules(exe) -> str:
@@ -152,7 +157,7 @@ def run_model(name: str, args) -> dict:
     exe = ts.compile_model(graph, "host")
     sess = _ort(proto)
     check, ok = _check(name, proto, graph, exe, sess, args)
-    ours, theirs, ratio = _time(exe, sess, proto, graph, args.repeat)
+    ours, theirs, ratio, conditions = _time(exe, sess, proto, graph, args.repeat)
     return {
         "model": name,
         "reduced": args.reduced,
@@ -165,6 +170,7 @@ def run_model(name: str, args) -> dict:
         "ours_ms": round(ours * 1e3, 3),
         "ort_ms": round(theirs * 1e3, 3),
         "ort_over_ours": round(ratio, 3),
+        **conditions,
         "error": "",
     }
 
@@ -172,17 +178,26 @@ def run_model(name: str, args) -> dict:
 def write(rows: list[dict], out: Path, cmd: str) -> list[str]:
     columns = [
         ("model", "l"), ("tasks (kernels)", "r"), ("schedules", "l"), ("compile s", "r"), ("agreement", "l"),
-        ("ours ms", "r"), ("onnxruntime ms", "r"), ("ort / ours", "r"),
+        ("ours ms", "r"), ("onnxruntime ms", "r"), ("ort / ours", "r"), ("pairs' max / min", "r"), ("load", "r"),
     ]  # fmt: skip
 
     def cells(r: dict) -> list:
         return [
             f"{r['tasks']} ({r['kernels']})", r["schedules"], r["compile_s"], r["check"] + ("" if r["ok"] else " **FAILED**"),
-            r["ours_ms"], r["ort_ms"], r["ort_over_ours"],
+            r["ours_ms"], r["ort_ms"], ratio_cell(r), r["ratio_spread"], r["load"],
         ]  # fmt: skip
 
     title = "Whole models, default schedules (untuned), vs onnxruntime"
     return write_report(rows, out, "e2e_untuned", FIELDS, title, cmd, columns, cells)
+
+
+DISTURBED_SPREAD = 1.25  # pairs whose ratios spread wider than this were timed on a disturbed host
+
+
+def ratio_cell(r: dict) -> str:
+    """The row's ratio, marked when its pairs disagreed by more than ``DISTURBED_SPREAD``."""
+    disturbed = isinstance(r.get("ratio_spread"), float | int) and r["ratio_spread"] > DISTURBED_SPREAD
+    return f"{r['ort_over_ours']}" + (" (disturbed: re-run)" if disturbed else "")
 
 
 def write_report(

@@ -131,6 +131,7 @@ def test_an_experiment_is_killed_resumed_and_tabled(tmp_path):
     assert [r["item"] for r in rows] == ["GMM:1x16x16x16:float32", "GMM:1x32x16x16:float32", "two"]
     assert all(r["status"] == "done" and int(r["trials"]) == 8 and float(r["best_ms"]) > 0 for r in rows)
     assert float(rows[2]["measured_model_ms"]) > 0
+    assert all("disturbed" in r["host"] and float(r["load"]) >= 0 for r in rows)  # the host's conditions
     for r in rows:  # each cell's work dir holds exactly its budget: nothing lost, nothing measured twice
         assert lines(tmp_path / "out" / r["work_dir"] / "database" / "tuning_records.jsonl") == 8
     assert "| GMM:1x16x16x16:float32 |" in done.stdout

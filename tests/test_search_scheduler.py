@@ -145,6 +145,8 @@ def test_tune_model_spends_one_budget_over_the_tasks_and_resumes(tmp_path):
     assert "round 1: task 0" in (tmp_path / "logs" / "scheduler.log").read_text()
     text = result.table()
     assert "fused_mat_mul_relu" in text and "estimated model latency" in text
+    # the statistic and the host's conditions are named with the figures
+    assert "the fastest timed repeat (min); host: " in text and result.host.timings > 0
 
     # the model compiled from the work dir uses the tuned records, and matches onnxruntime
     exe = ts.compile_model(proto, HOST, tmp_path)

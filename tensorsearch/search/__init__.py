@@ -7,7 +7,7 @@
 
 Modules (see docs/search.md): ``space`` (schedule rules, design space), ``postproc``,
 ``mutator``, ``evolutionary`` (the search), ``features`` and ``cost_model``, ``database``,
-``measure`` (Ray builders and runners), ``parallel`` (the search's own work on Ray), ``tuner`` (tune, compile_best), ``scheduler`` (tune_model: a budget over a model's tasks),
+``measure`` (Ray builders and runners), ``noise`` (the latency statistic, the reference kernel, host conditions), ``parallel`` (the search's own work on Ray), ``tuner`` (tune, compile_best), ``scheduler`` (tune_model: a budget over a model's tasks),
 ``workdir`` (one tuning run at a time per work dir), ``report`` (progress bar, tables, tuning
 curve). Only this package imports Ray; names load on first use, so importing it is cheap.
 """
@@ -27,6 +27,8 @@ _NAMES = {
     "TuneResult": "tuner",
     "TuneError": "tuner",
     "TuneInputError": "tuner",
+    "HostBusyWarning": "tuner",
+    "HostConditions": "noise",
     "Progress": "tuner",
     "WorkDirBusy": "workdir",
     "hold_work_dir": "workdir",

@@ -40,13 +40,14 @@ from pathlib import Path
 from typing import Any
 
 from .evolutionary import SearchConfig
+from .noise import HostConditions
 from .report import format_markdown_table
 
 __all__ = ["Experiment", "ExperimentError", "ModelItem", "OperatorItem", "load_experiment", "run_experiment"]
 
 RESULT_COLUMNS = (
     "kind", "item", "hardware", "seed", "trials", "best_ms", "throughput", "unit", "measured_model_ms",
-    "tuning_s", "status", "work_dir",
+    "host", "load", "tuning_s", "status", "work_dir",
 )  # fmt: skip
 
 
@@ -349,6 +350,8 @@ def _run_cell(exp: Experiment, item: OperatorItem | ModelItem, hw: str, seed: in
             best_ms=f"{result.latency * 1e3:.4g}",
             throughput=f"{result.throughput:.1f}",
             unit=result.unit,
+            host=_host_cell(result.host),
+            load=f"{os.getloadavg()[0]:.2f}",
             status="done" if result.trials >= trials else "design space exhausted",
         )
         return row
@@ -366,9 +369,18 @@ def _run_cell(exp: Experiment, item: OperatorItem | ModelItem, hw: str, seed: in
         best_ms="" if est is None else f"{est * 1e3:.4g}",
         unit="estimated ms",
         measured_model_ms="" if measured is None else f"{measured * 1e3:.4g}",
+        host=_host_cell(model.host),
+        load=f"{os.getloadavg()[0]:.2f}",
         status="done" if model.trials >= trials else "every task's design space exhausted",
     )
     return row
+
+
+def _host_cell(host: HostConditions) -> str:
+    """How busy the host was while a cell was tuned: the reference's median slowdown, and how many
+    timings were disturbed (marked "busy: re-run" where the run's best cannot be trusted)."""
+    cell = f"{host.median:.2f}x, {host.disturbed}/{host.timings} disturbed"
+    return cell if host.trusted else cell + " (busy: re-run)"
 
 
 def write_results(exp: Experiment, rows: list[dict[str, Any]]) -> list[Path]:
@@ -382,7 +394,9 @@ def write_results(exp: Experiment, rows: list[dict[str, Any]]) -> list[Path]:
     (out / "results.md").write_text(
         f"# {exp.name}\n\nCommand: `tensorsearch experiment {exp.path}`\n\n{table}\n\n"
         "`best_ms`: an operator's best latency; a model's estimated latency (sum over its tasks of "
-        "weight x best), with `measured_model_ms` the model compiled with its best records and timed.\n"
+        "weight x best), with `measured_model_ms` the model compiled with its best records and timed. "
+        "Latencies are the fastest timed repeat. `host`: the reference kernel's median slowdown while the cell "
+        "was tuned and how many timings were disturbed (search/noise.py); `load`: the load average at its end.\n"
     )
     _plot(out / "results.png", exp.name, rows)
     return [out / "results.csv", out / "results.md", out / "results.png"]

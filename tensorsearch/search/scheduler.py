@@ -57,6 +57,7 @@ import random
 import statistics
 import threading
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,9 +72,10 @@ from ..workloads import Workload
 from .cost_model import CostModel
 from .database import Database
 from .evolutionary import SearchConfig
+from .noise import LATENCY_STATISTIC, HostConditions
 from .report import format_markdown_table, format_table
 from .space import SearchSpaceError
-from .tuner import TaskSearch, TuneError, TuneInputError, _pretrain, check_runs_here
+from .tuner import HostBusyWarning, TaskSearch, TuneError, TuneInputError, _pretrain, check_runs_here
 
 __all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_model"]
 
@@ -113,6 +115,7 @@ class ModelTuneResult:
     strategy: str
     rounds: list[int] = field(default_factory=list)  # the task index of each round run by this call
     round_spans: list[tuple[float, float]] = field(default_factory=list)  # each round's start and end (time.time())
+    host: HostConditions = field(default_factory=lambda: HostConditions.of([]))  # how busy the host was, all tasks
 
     def share(self, task: TaskRow) -> float | None:
         """The task's weight x best latency over the estimated model latency (None: unknown)."""
@@ -137,6 +140,7 @@ class ModelTuneResult:
         lines.append(f"estimated model latency (sum of weight x best): {_ms(self.estimated_latency)}")
         if self.model_latency is not None:
             lines.append(f"measured model latency (compiled with the best records): {_ms(self.model_latency)}")
+        lines.append(f"best latencies: the fastest timed repeat ({LATENCY_STATISTIC}); {self.host.line()}")
         return "\n".join(lines)
 
 
@@ -627,10 +631,13 @@ class _ModelRun:
                 TaskRow(e.name, t.search.wkey if t.search else "", e.weight, e.flops or 0, t.trials, best, status)
             )
         estimate = self.estimate()
+        host = HostConditions.of([r.disturbance for t in self.tasks if t.search for r in t.search.records if r.ranks])
         result = ModelTuneResult(
             rows, list(self.curve), estimate, model_latency, self.done, self.elapsed, self.work_dir, self.strategy,
-            list(self.rounds), list(self.round_spans),
+            list(self.rounds), list(self.round_spans), host,
         )  # fmt: skip
+        if (busy := host.warning()) is not None:
+            warnings.warn(f"tune_model: {busy}", HostBusyWarning, stacklevel=3)
         _write_outputs(result)
         self.write_log(
             f"done: {self.done} trials in {len(self.rounds)} rounds; estimated {_ms(estimate)}, "
