@@ -66,7 +66,9 @@ How a batch is measured (:meth:`Measurer.measure`):
    runner times a reference kernel just before and after, and the result carries its slowdown
    over the quietest it has run on this machine (``disturbance``); a candidate timed with the
    reference over ``noise.DISTURBED`` times slower is timed once more, keeping both timings'
-   samples and the lesser disturbance.
+   samples and the lesser disturbance, unless even its quiet estimate (fastest repeat over
+   disturbance) is over half of ``slow_after`` (the tuner's: twice its best so far), too slow
+   to become the best.
    A model's kernel (its weights marked ``layout_free_buffers``, :func:`~tensorsearch.transform.
    mark_layout_free`) is timed as the model runs it: the build cuts the candidate's stages that
    read only weights into a prepack, which the runner runs once before the check, untimed, and
@@ -480,12 +482,20 @@ class _Runner:
             return "wrong result: " + _short("; ".join(lines[:3]) or "outputs differ")
         return None
 
-    def time(self, number: int, repeat: int, min_repeat_ms: float, flush_cache: bool = False) -> dict[str, Any]:
+    def time(
+        self,
+        number: int,
+        repeat: int,
+        min_repeat_ms: float,
+        flush_cache: bool = False,
+        retake_below: float | None = None,
+    ) -> dict[str, Any]:
         """Time the loaded candidate: seconds per call of each repeat (each after a cache flush
         when ``flush_cache``), with the reference kernel timed just before and after it on a CPU
         (``disturbance``, :mod:`.noise`; None on a GPU). A timing disturbed over
-        ``noise.DISTURBED`` is taken once more: the reply has the samples of both and the lesser
-        disturbance."""
+        ``noise.DISTURBED`` is taken once more, unless its fastest repeat over its disturbance is
+        at least ``retake_below`` seconds (too slow to matter even on a quiet host): the reply
+        has the samples of both and the lesser disturbance."""
         cold = {"cold": self.cold} if self.cold and not flush_cache else {}
 
         def once() -> list[float]:
@@ -501,7 +511,8 @@ class _Runner:
             before = clock.seconds()
             latencies = once()
             disturbance = clock.disturbance(before, clock.seconds())
-            if disturbance > DISTURBED:
+            quiet_estimate = min(latencies) / disturbance
+            if disturbance > DISTURBED and (retake_below is None or quiet_estimate < retake_below):
                 before = clock.seconds()
                 latencies += once()
                 disturbance = min(disturbance, clock.disturbance(before, clock.seconds()))
@@ -1361,7 +1372,8 @@ class _Batch:
             min_ms, repeat = (0.0 if m.number else m.min_repeat_ms), m.repeat
         expected = first * (1 + repeat * number) + (repeat + 2) * min_ms / 1e3 + repeat * 0.05 * m.flush_cache
         budget = m.timeout_s + 3 * expected
-        ref = slot.actor.time.remote(number, repeat, min_ms, m.flush_cache)
+        retake_below = None if self.slow_after is None else self.slow_after / 2
+        ref = slot.actor.time.remote(number, repeat, min_ms, m.flush_cache, retake_below)
         slot.job = (i, "time", ref, time.monotonic() + budget, budget)
 
 

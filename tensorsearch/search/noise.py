@@ -12,8 +12,9 @@ whole run). So each runner times a **reference kernel** beside every candidate, 
 just after it: a parallel loop of dependent multiply-adds whose data stay in L1, which only a
 lack of CPU can slow down. Its time over the quietest time it has taken on this machine is the
 candidate's *disturbance* (1.0: the machine was as quiet as it has been seen). A candidate
-timed with a disturbance above ``DISTURBED`` is timed once more, and keeps all its samples;
-if it is still disturbed, its record says so. The quietest reference time is kept per CPU
+timed with a disturbance above ``DISTURBED`` is timed once more (unless it is too slow to become
+the best even on a quiet host), and keeps all its samples; if it is still disturbed, its record
+says so. The quietest reference time is kept per CPU
 model and thread count in the cache directory (``$TENSORSEARCH_CACHE/reference``, else
 ``~/.cache/tensorsearch/reference``), so a run on a machine that is busy from the start still
 knows what quiet looked like. :class:`HostConditions` sums up a run: how many timings were
