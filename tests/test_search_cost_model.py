@@ -163,7 +163,7 @@ def test_bad_arguments_and_files_are_rejected(tmp_path):
 
 
 def test_cost_model_ranks_held_out_candidates_better_than_random():
-    """Acceptance (issue 6): train on 60 measured random GEMM schedules, rank 30 held-out ones.
+    """Acceptance: train on 60 measured random GEMM schedules, rank 30 held-out ones.
 
     Each third of the 90 candidates is held out in turn (3-fold cross-validation) and the mean
     correlation is judged: one fixed set of 30 is a single draw whose correlation moves by about
