@@ -116,7 +116,9 @@ def write(rows: list[dict], out: Path, cmd: str) -> list[str]:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
         w.writerows(rows)
-    cpu = next((ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name")), "?")
+    from tensorsearch.target.hardware import host_identity
+
+    cpu = host_identity().describe()
     lines = [
         "# Tuning beside spinning processes",
         "",

@@ -26,7 +26,6 @@ bench_env.reexec_without_openblas_overrides()
 import argparse  # noqa: E402
 import csv  # noqa: E402
 import os  # noqa: E402
-import platform  # noqa: E402
 import statistics  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -126,14 +125,10 @@ def _time_pair(runs: dict, pairs: int, block_s: float) -> dict[str, float]:
 
 
 def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
+    """This machine's CPU, as a tuning record names it (``tensorsearch.target.host_identity``)."""
+    from tensorsearch.target.hardware import host_identity
+
+    return host_identity().describe()
 
 
 def measure(args) -> list[dict]:
