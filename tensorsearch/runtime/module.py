@@ -395,8 +395,9 @@ class _Runnable:
 
     @property
     def num_threads(self) -> int:
-        """Threads for parallel loops (0: :func:`default_threads`). Loops too small to pay for a
-        second thread run on the caller whatever this says (``codegen.llvm.SERIAL_WORK``)."""
+        """Threads for parallel loops. 0: :func:`default_threads`, and a loop too small to pay for a
+        second thread runs on the caller alone (``codegen.llvm.SERIAL_WORK``); a count set here is
+        used for every parallel loop of the module, small ones included."""
         return 0 if self._threads is None else self._threads.value
 
     @num_threads.setter
