@@ -34,7 +34,11 @@ re-timed the same way, its main part on weights the prepack laid out once
 timed call (docs/search.md, the plain-layout rule). The ``weights`` column says which.
 
 Every timed sample of our module (three repeats) is paired with a reference sample taken just
-before it; a ratio is the median over the pairs. Against numpy a sample of ours is its repeats'
+before it; a ratio is the median over the pairs. The tuner's reference kernel
+(``tensorsearch.search.noise``) is timed before and after each round: a round it says the host
+disturbed (over 1.25x its quiet time) is taken again, up to ``--retakes`` times, and the least
+disturbed attempt counts; ``host at re-timing`` gives the median disturbance and the rounds still
+disturbed, and says "busy host: re-run" when most were. Against numpy a sample of ours is its repeats'
 median; against a peak, whose sample is the best of three, it is its best repeat: the same
 statistic on both sides. ``tuned`` is the throughput the tuner itself measured. Where
 ``--tvm-python`` names a Python with ``apache-tvm``, the TVM column notes it (the MetaSchedule
@@ -59,7 +63,7 @@ from __future__ import annotations
 import os
 import sys
 
-from bench_env import reexec_without_openblas_overrides, settle
+from bench_env import reexec_without_openblas_overrides, reference_clock, settle
 
 reexec_without_openblas_overrides()
 
@@ -72,11 +76,14 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
 from concurrent.futures import ThreadPoolExecutor  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from unittest import mock  # noqa: E402
 
 import numpy as np  # noqa: E402
 import outputs  # noqa: E402
+
+from tensorsearch.search.noise import DISTURBED  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OPS = ("C1D", "C2D", "C3D", "DEP", "DIL", "GMM", "GRP", "T2D", "GMM:3")
@@ -226,49 +233,82 @@ def tune_one(
     mod.num_threads = args.threads
     mod(*call)
     wl.check(outs, wl.reference(*inputs))
-    ours: list[float] = []
-    ours_best: list[float] = []  # paired with the peak, which is a best of three too
-    refs: list[float] = []
+    rounds = retimed_rounds(wl, mod, call, inputs, dtype, peak, args)
+    ours = [r.ours for r in rounds]
+    ours_best = [r.ours_best for r in rounds]
+    refs = [r.ref for r in rounds if r.ref is not None]
+    peaks = [r.peak for r in rounds if r.peak is not None]
     if dtype == "float32":
-        from threadpoolctl import threadpool_limits
-
-        peaks: list[float] = []
-        with threadpool_limits(limits=args.threads, user_api="blas"):
-            for _ in range(args.rounds):
-                settle()  # each pool's threads spin on after its sample (bench_env.settle)
-                refs.append(wl.flops / time_call(lambda: numpy_float32(wl, inputs), args.min_seconds) / 1e9)
-                if peak is not None:
-                    settle()
-                    peaks.append(peak.sample())
-                settle()
-                time_ours(wl, mod, call, args, ours, ours_best)
         row.update(numpy=round(statistics.median(refs), 2), ratio_vs_numpy=pair_ratio(ours, refs))
-        if peak is not None:
-            row.update(peak_columns(ours_best, peaks))
-    else:
-        for _ in range(args.rounds):
-            if peak is not None:
-                settle()
-                refs.append(peak.sample())
-            settle()
-            time_ours(wl, mod, call, args, ours, ours_best)
-        if peak is not None:
-            row.update(peak_columns(ours_best, refs))
+    if peaks:
+        row.update(peak_columns(ours_best, peaks))
     best = statistics.median(ours)
     row.update(threads=args.threads, ours=round(best, 2), ours_ms=round(wl.flops / best / 1e6, 4))
-    # the host's state while re-timing: the reference's spread over the rounds (1: steady) and the load
-    row.update(ref_spread=round(max(refs) / min(refs), 2) if refs else "", load=round(os.getloadavg()[0], 2))
+    # the host's state while re-timing: the spread of the same-run reference over the rounds (1:
+    # steady), the load, and how much the tuner's reference kernel said the rounds were disturbed
+    spread_of = refs if dtype == "float32" else peaks
+    disturbances = [r.disturbance for r in rounds]
+    busy = sum(d > DISTURBED for d in disturbances)
+    host = f"{statistics.median(disturbances):.2f}x ({busy}/{len(disturbances)} disturbed)"
+    row.update(
+        ref_spread=round(max(spread_of) / min(spread_of), 2) if spread_of else "",
+        load=round(os.getloadavg()[0], 2),
+        retime_host=host + ("; busy host: re-run" if busy > len(disturbances) // 2 else ""),
+    )
     return row
 
 
-def time_ours(wl, mod, call, args, ours: list[float], ours_best: list[float]) -> None:
-    """One sample of our module: three repeats; their median goes to ``ours``, their best to
-    ``ours_best``, which the peak (a best of three samples) is compared with: the same statistic
-    on both sides, since noise only lowers either. (On the Emerald Rapids host at stop 37 this
-    moved the int8 ratios little: the spread there is over time, not within a sample.)"""
+@dataclass(frozen=True)
+class Round:
+    """One re-timing round: our module's G(FL)OPS (median and best of its repeats), the numpy
+    reference's (float32) and the peak loop's, and how disturbed the tuner's reference kernel
+    said the host was across it (1: quiet)."""
+
+    ours: float
+    ours_best: float
+    ref: float | None
+    peak: float | None
+    disturbance: float
+
+
+def retimed_rounds(wl, mod, call, inputs, dtype: str, peak, args) -> list[Round]:
+    """``--rounds`` rounds of the numpy reference (float32), the peak and ours, interleaved. A
+    round the tuner's reference kernel says the host disturbed (over ``DISTURBED``) is taken again,
+    up to ``--retakes`` times; the least disturbed attempt counts."""
+    from threadpoolctl import threadpool_limits
+
+    clock = reference_clock(args.threads)
+
+    def one_round() -> Round:
+        before = clock.seconds()
+        ref = None
+        if dtype == "float32":
+            settle()  # each pool's threads spin on after its sample (bench_env.settle)
+            with threadpool_limits(limits=args.threads, user_api="blas"):
+                ref = wl.flops / time_call(lambda: numpy_float32(wl, inputs), args.min_seconds) / 1e9
+        peak_one = None
+        if peak is not None:
+            settle()
+            peak_one = peak.sample()
+        settle()
+        median, best = time_ours(wl, mod, call, args)
+        return Round(median, best, ref, peak_one, clock.disturbance(before, clock.seconds()))
+
+    rounds = []
+    for _ in range(args.rounds):
+        taken = [one_round()]
+        while taken[-1].disturbance > DISTURBED and len(taken) <= args.retakes:
+            taken.append(one_round())
+        rounds.append(min(taken, key=lambda r: r.disturbance))
+    return rounds
+
+
+def time_ours(wl, mod, call, args) -> tuple[float, float]:
+    """One sample of our module, three repeats: their median G(FL)OPS, compared with numpy's
+    median, and their best, compared with the peak (itself a best of three samples): the same
+    statistic on both sides, since noise only lowers either."""
     t = mod.time(*call, repeat=3, min_repeat_ms=args.min_seconds * 1e3)
-    ours.append(wl.flops / t.median / 1e9)
-    ours_best.append(wl.flops / t.min / 1e9)
+    return wl.flops / t.median / 1e9, wl.flops / t.min / 1e9
 
 
 def pair_ratio(ours: list[float], refs: list[float]) -> float:
@@ -312,6 +352,7 @@ COLUMNS = [
     ("ratio_vs_peak", "ours / peak"),
     ("best_vs_best_peak", "ours best / best peak"),
     ("ref_spread", "reference max / min"),
+    ("retime_host", "host at re-timing (reference slowdown)"),
     ("load", "load average"),
     ("tvm", "TVM MetaSchedule"),
     ("error", "error"),
@@ -435,6 +476,9 @@ def main() -> None:
     ap.add_argument("--address", help="Ray cluster address (default: a local cluster)")
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="threads when re-timing (default: all)")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved re-timing rounds (default 5)")
+    ap.add_argument(
+        "--retakes", type=int, default=2, help="times a round the reference kernel says was disturbed is taken again"
+    )
     ap.add_argument("--min-seconds", type=float, default=0.05, help="least time per timing sample (default 0.05)")
     ap.add_argument("--peak-iters", type=int, default=2_000_000, help="iterations per peak sample (default 2e6)")
     ap.add_argument("--tvm-python", help="a Python executable with apache-tvm installed, if any")

@@ -208,10 +208,33 @@ def test_tune_ops_pairs_the_peak_with_our_best_repeat_and_numpy_with_their_media
             assert repeat == 3 and min_repeat_ms == 50.0
             return TimeResult((2.0, 1.0, 4.0))
 
-    ours, best = [], []
     wl = SimpleNamespace(flops=8e9)
-    tune_ops.time_ours(wl, Module(), [], SimpleNamespace(min_seconds=0.05), ours, best)
-    assert ours == [4.0] and best == [8.0]  # GOPS: 8e9 operations over 2 s (median) and 1 s (best)
+    median, best = tune_ops.time_ours(wl, Module(), [], SimpleNamespace(min_seconds=0.05))
+    assert (median, best) == (4.0, 8.0)  # GOPS: 8e9 operations over 2 s (median) and 1 s (best)
+
+
+def test_tune_ops_takes_a_disturbed_round_again_and_keeps_the_least_disturbed(monkeypatch):
+    """Synthetic disturbances: a round over 1.25x is taken again up to --retakes times."""
+    from types import SimpleNamespace
+
+    import tune_ops
+
+    from tensorsearch.runtime.timing import TimeResult
+
+    said = iter([3.0, 1.1, 2.0, 1.6, 1.5, 1.4])  # round 1: 3.0 then 1.1; round 2: 2.0, 1.6, 1.5 (2 retakes)
+    clock = SimpleNamespace(seconds=lambda: 0.0, disturbance=lambda before, after: next(said))
+    monkeypatch.setattr(tune_ops, "reference_clock", lambda threads: clock)
+    monkeypatch.setattr(tune_ops, "settle", lambda: None)
+    seconds = iter([1.0, 2.0, 4.0, 8.0, 0.5])
+
+    class Module:
+        def time(self, *args, repeat, min_repeat_ms):
+            return TimeResult((next(seconds),))
+
+    args = SimpleNamespace(threads=2, rounds=2, retakes=2, min_seconds=0.01)
+    rounds = tune_ops.retimed_rounds(SimpleNamespace(flops=8.0), Module(), [], [], "int8", None, args)
+    assert [r.disturbance for r in rounds] == [1.1, 1.5]
+    assert [r.ours for r in rounds] == [4e-9, 1.6e-8]  # the attempts taken at 1.1x and 1.5x
 
 
 def test_tune_ops_gives_the_median_of_paired_ratios_and_the_best_over_the_best_peak():
