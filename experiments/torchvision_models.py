@@ -1,4 +1,4 @@
-"""torchvision's ResNet-50, MobileNet-V2 and ViT-B/16 exported to ONNX by torch itself (issue 14).
+"""torchvision's ResNet-50, MobileNet-V2, ViT-B/16 and EfficientNet-B0 exported to ONNX by torch itself.
 
 Run from the repository root:
 
@@ -17,7 +17,7 @@ re-runs itself there (``--worker``); tensorsearch never imports torch.
 
 **What ``--export`` writes**, into ``--out`` (default ``tensorsearch.graph.models.cache_dir() /
 "torchvision"``, where ``tests/test_graph_torchvision.py`` looks): ``resnet50.onnx``,
-``mobilenet_v2.onnx`` and ``vit_b_16.onnx``, each ``torchvision.models.NAME(weights=None)`` with
+``mobilenet_v2.onnx``, ``vit_b_16.onnx`` and ``efficientnet_b0.onnx``, each ``torchvision.models.NAME(weights=None)`` with
 the random initialization of ``torch.manual_seed(0)``, in eval mode, traced on one 1x3x224x224
 image by the TorchScript exporter (``torch.onnx.export(..., dynamo=False)``) at opset 17 with
 constant folding, static shapes, input ``input`` and output ``output``; and ``export.json``: the
@@ -71,7 +71,7 @@ CPU_PINS = [f"torch=={TORCH}+cpu", f"torchvision=={TORCHVISION}+cpu"]  # CPU-onl
 DEFAULT_PINS = [f"torch=={TORCH}", f"torchvision=={TORCHVISION}"]  # the CUDA-enabled builds (~3 GB more)
 EXTRAS = ["onnx", "onnxscript"]  # torch.onnx imports onnxscript; onnx checks what it wrote
 SETUP_CMD = "python experiments/torchvision_models.py --setup"
-MODELS = ("resnet50", "mobilenet_v2", "vit_b_16")
+MODELS = ("resnet50", "mobilenet_v2", "vit_b_16", "efficientnet_b0")
 OPSET = 17
 IMAGE = (1, 3, 224, 224)
 SEED = 0
