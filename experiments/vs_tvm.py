@@ -28,6 +28,10 @@ pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
    ``dot_16x4_vnni``, see tvm_worker.py) where the descriptor has AVX-512 VNNI; elsewhere both
    sides tune plain int8 code, and the row says so. ``--hardware x86-emeraldrapids`` on an
    AMX host: ours on VNNI, as TVM's (MetaSchedule has no AMX rule).
+   MetaSchedule's pick is the record its tuner timed fastest, one sample on a machine that may
+   have been busy at that moment; so its ``FINALISTS`` (12) best records are built and timed
+   again together (the fastest of 30 repeats of at least 2 ms each) and the fastest is TVM's
+   kernel, as our tuner re-times its own finalists before it chooses.
 2. Ours: ``tensorsearch.tune`` on that descriptor with the same trial count (as
    ``experiments/tune_ops.py``), then the local Ray cluster is shut down.
 
@@ -50,8 +54,8 @@ pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
    other work only ever adds time, so the fastest repeat is the one least disturbed (the tuner's
    statistic, ``tensorsearch.search.noise.LATENCY_STATISTIC``). Short repeats let a kernel beside
    a busy neighbour be caught in the moments the neighbour is off the cores. A latency is the
-   fastest over rounds; the speed ratio ``ours/TVM`` (TVM latency over ours: above 1, ours is
-   faster) is the median over the rounds' pairs. The two processes never run at once, and each
+   fastest over rounds, and the speed ratio ``ours/TVM`` is TVM's latency over ours (above 1,
+   ours is faster). The two processes never run at once, and each
    sample starts 0.2 s after the other's (``bench_env.settle``: a pool's threads spin on after
    its work). The tuner's reference kernel is timed before and after each round
    (``bench_env.reference_clock``): a round it says the host disturbed (over 1.25x its quiet
@@ -215,6 +219,7 @@ def compare_one(
     from tensorsearch import workloads
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar
+    from tensorsearch.search.tuner import FINALISTS
     from tensorsearch.transform import mark_layout_free
 
     wl = workloads.get(name, index, dtype)
@@ -245,6 +250,7 @@ def compare_one(
         work_dir=str(work / "tvm"),
         dump_dir=str(dump),
         pack_weights=dtype == "int8" and vnni,
+        finalists=FINALISTS,
     )
     packed = bool(t.get("weights_packed"))
     row["weights"] = WEIGHTS[packed] if dtype == "int8" else ""
@@ -391,7 +397,7 @@ def check_and_time(wl, program, whole, worker: TvmWorker, args, work: Path, row:
         ours_ms=round(ours_ms, 4),
         tvm_gops=round(wl.flops / tvm_ms / 1e6, 1),
         ours_gops=round(wl.flops / ours_ms / 1e6, 1),
-        ratio=round(statistics.median(tv / ou for tv, ou in zip(tvm_s, ours_s)), 3),
+        ratio=round(tvm_ms / ours_ms, 3),
     )
 
 
@@ -455,9 +461,9 @@ def write_outputs(rows: list[dict], out_dir: Path, env: list[str], cmd: str, dum
             "",
             format_markdown_table(table, [h for _, h in COLUMNS]),
             "",
-            "Latencies: medians over the interleaved re-timing rounds (TVM: time_evaluator in the side "
+            "Latencies: the fastest sample over the interleaved re-timing rounds (TVM: time_evaluator in the side "
             "environment's worker; ours: Module.time here; same inputs, same thread count, never at "
-            "once). `ours/TVM speed`: TVM latency over ours, the median over the rounds' pairs (above 1: "
+            "once). `ours/TVM speed`: TVM latency over ours (above 1: "
             "ours is faster). Tuner's ms: the best latency each tuner measured while tuning. Both "
             "kernels are checked against the numpy reference first. IR and assembly of both best "
             f"kernels: `{dumps}`.",
@@ -483,7 +489,7 @@ def machine_info(hw, args, tvm_version: str) -> list[str]:
         f'{{"kind": "llvm", "mcpu": "{args.mcpu}", "num-cores": {args.threads}}}, tune_tir with '
         f"max_trials_global = trials, num_trials_per_iter 64, {args.threads} tuning cores, seed {args.seed}",
         f"timing: {args.threads} thread(s), {args.rounds} rounds, each sample the fastest of {args.repeats} "
-        f"repeats of at least {args.min_seconds} s; latencies the fastest over rounds, ratios the median of the rounds'",
+        f"repeats of at least {args.min_seconds} s; latencies the fastest over rounds",
         f"load average at the end: {os.getloadavg()[0]:.2f}; tensorsearch commit {rev}",
     ]
 
