@@ -174,10 +174,13 @@ def substitute(node: Node, mapping: dict[Var, PrimExpr] | Callable[[Var], PrimEx
     if isinstance(mapping, dict) and not mapping:
         return node
 
-    return _Substitute(lookup).visit(node)
+    return Substituter(lookup).visit(node)
 
 
-class _Substitute(Mutator):
+class Substituter(Mutator):
+    """The Mutator behind :func:`substitute`: every variable ``lookup`` maps is replaced; a
+    subclass may keep some variables where they are defined (loop or block bindings)."""
+
     def __init__(self, lookup: Callable[[Var], PrimExpr | None]) -> None:
         self.lookup = lookup
 
