@@ -58,7 +58,7 @@ from ..ir.expr import (
     Sub,
     Var,
 )
-from ..ir.functor import children, post_order_visit
+from ..ir.functor import ExprFunctor, StmtFunctor, children, post_order_visit
 from ..ir.stmt import (
     Allocate,
     Block,
@@ -314,7 +314,7 @@ class _Fn:
     steal_counters: ir.Value | None = None  # the parallel loops' chunk counters (_run_share)
 
 
-class _CodeGen:
+class _CodeGen(ExprFunctor[ir.Value], StmtFunctor[None]):
     def __init__(self, func: PrimFunc, target: Hardware, name: str) -> None:
         self.func = func
         self.target = target
@@ -430,23 +430,23 @@ class _CodeGen:
 
     # statements ----------------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
-        method = getattr(self, "s_" + type(s).__name__, None)
-        if method is None:
-            if isinstance(s, Block | BlockRealize):
-                raise CodegenError("the program still has blocks; lower it first (tensorsearch.lower.lower)")
-            raise CodegenError(f"code generation does not support {type(s).__name__} statements")
-        method(s)
+        (self._stmt_methods.get(type(s)) or self.stmt_method(type(s)))(self, s)
 
-    def s_SeqStmt(self, s: SeqStmt) -> None:
+    def unsupported_stmt(self, s: Stmt) -> None:
+        if isinstance(s, Block | BlockRealize):
+            raise CodegenError("the program still has blocks; lower it first (tensorsearch.lower.lower)")
+        raise CodegenError(f"code generation does not support {type(s).__name__} statements")
+
+    def visit_SeqStmt(self, s: SeqStmt) -> None:
         for x in s.stmts:
             self.stmt(x)
 
-    def s_Evaluate(self, s: Evaluate) -> None:
+    def visit_Evaluate(self, s: Evaluate) -> None:
         if isinstance(s.value, IntImm | FloatImm | Var):
             return
         self.expr(s.value, statement=True)
 
-    def s_IfThenElse(self, s: IfThenElse) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         cond = self.scalar_cond(s.condition)
         then_bb = self.new_block("then")
         end_bb = self.new_block("endif")
@@ -466,7 +466,7 @@ class _CodeGen:
             raise CodegenError(f"a condition must be a scalar bool, got {e.dtype} ({e})")
         return self.expr(e)
 
-    def s_For(self, s: For) -> None:
+    def visit_For(self, s: For) -> None:
         if s.kind == ForKind.THREAD_BINDING:
             raise CodegenError(f"loop {s.loop_var.name} is bound to {s.thread_binding}; CPU code cannot bind threads")
         if s.kind == ForKind.PARALLEL and not self.fn.in_parallel:
@@ -653,7 +653,7 @@ class _CodeGen:
         b.branch(done)
         b.position_at_end(done)
 
-    def s_Allocate(self, s: Allocate) -> None:
+    def visit_Allocate(self, s: Allocate) -> None:
         buf = s.buffer
         st = storage_type(buf.dtype)
         size: PrimExpr | None = None
@@ -682,7 +682,7 @@ class _CodeGen:
         else:
             self.fn.bufs[buf] = saved
 
-    def s_BufferStore(self, s: BufferStore) -> None:
+    def visit_BufferStore(self, s: BufferStore) -> None:
         ptr, st = self.buffer_ptr(s.buffer)
         if len(s.indices) != 1:
             raise CodegenError(f"store to {s.buffer.name} has {len(s.indices)} indices; lower (flatten) it first")
@@ -797,17 +797,17 @@ class _CodeGen:
 
     # expressions ---------------------------------------------------------------------------
     def expr(self, e: PrimExpr, statement: bool = False) -> ir.Value:
-        method = getattr(self, "e_" + type(e).__name__, None)
-        if method is None:
-            raise CodegenError(f"code generation does not support {type(e).__name__} expressions ({e})")
         if statement and isinstance(e, Call):
-            return self.e_Call(e, statement=True)
-        return method(e)
+            return self.visit_Call(e, statement=True)
+        return (self._expr_methods.get(type(e)) or self.expr_method(type(e)))(self, e)
 
-    def e_IntImm(self, e: IntImm) -> ir.Value:
+    def unsupported_expr(self, e: PrimExpr) -> ir.Value:
+        raise CodegenError(f"code generation does not support {type(e).__name__} expressions ({e})")
+
+    def visit_IntImm(self, e: IntImm) -> ir.Value:
         return ir.Constant(value_type(e.dtype), e.value)
 
-    def e_FloatImm(self, e: FloatImm) -> ir.Value:
+    def visit_FloatImm(self, e: FloatImm) -> ir.Value:
         v = e.value
         if e.dtype.code == "bfloat":
             import ml_dtypes
@@ -816,10 +816,10 @@ class _CodeGen:
             v = float(np.float32(ml_dtypes.bfloat16(v)))
         return ir.Constant(value_type(e.dtype), v)
 
-    def e_StringImm(self, e: StringImm) -> ir.Value:
+    def visit_StringImm(self, e: StringImm) -> ir.Value:
         raise CodegenError(f"a string constant {e.value!r} cannot be compiled")
 
-    def e_Var(self, e: Var) -> ir.Value:
+    def visit_Var(self, e: Var) -> ir.Value:
         v = self.fn.vars.get(e)
         if v is None:
             raise CodegenError(f"variable {e.name} is used outside of its definition")
@@ -854,15 +854,15 @@ class _CodeGen:
             return None
         return self.call_intrinsic("llvm.fmuladd", [x, y, c], REDUCTION_FLAGS if e is self.reduction else ())
 
-    def e_Add(self, e: Add) -> ir.Value:
+    def visit_Add(self, e: Add) -> ir.Value:
         r = self._fmuladd(e)
         return r if r is not None else self._arith(e, "add", "fadd")
 
-    def e_Sub(self, e: Sub) -> ir.Value:
+    def visit_Sub(self, e: Sub) -> ir.Value:
         r = self._fmuladd(e)
         return r if r is not None else self._arith(e, "sub", "fsub")
 
-    def e_Mul(self, e: Mul) -> ir.Value:
+    def visit_Mul(self, e: Mul) -> ir.Value:
         return self._arith(e, "mul", "fmul")
 
     def _safe_divisor(self, e: Any, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value | None]:
@@ -927,16 +927,16 @@ class _CodeGen:
         )
         return b_.select(adjust, b_.add(r, b), r)
 
-    def e_Div(self, e: Div) -> ir.Value:
+    def visit_Div(self, e: Div) -> ir.Value:
         return self._int_div(e, "div")
 
-    def e_Mod(self, e: Mod) -> ir.Value:
+    def visit_Mod(self, e: Mod) -> ir.Value:
         return self._int_div(e, "mod")
 
-    def e_FloorDiv(self, e: FloorDiv) -> ir.Value:
+    def visit_FloorDiv(self, e: FloorDiv) -> ir.Value:
         return self._int_div(e, "floordiv")
 
-    def e_FloorMod(self, e: FloorMod) -> ir.Value:
+    def visit_FloorMod(self, e: FloorMod) -> ir.Value:
         return self._int_div(e, "floormod")
 
     def _minmax(self, e: Any, op: str) -> ir.Value:
@@ -953,10 +953,10 @@ class _CodeGen:
             take_b = self.b.icmp_signed(op, b, a)
         return self.b.select(take_b, b, a)
 
-    def e_Min(self, e: Min) -> ir.Value:
+    def visit_Min(self, e: Min) -> ir.Value:
         return self._minmax(e, "<")
 
-    def e_Max(self, e: Max) -> ir.Value:
+    def visit_Max(self, e: Max) -> ir.Value:
         return self._minmax(e, ">")
 
     def _cmp(self, e: Any, op: str) -> ir.Value:
@@ -970,38 +970,38 @@ class _CodeGen:
             return self.b.icmp_unsigned(op, a, b)
         return self.b.icmp_signed(op, a, b)
 
-    def e_EQ(self, e: EQ) -> ir.Value:
+    def visit_EQ(self, e: EQ) -> ir.Value:
         return self._cmp(e, "==")
 
-    def e_NE(self, e: NE) -> ir.Value:
+    def visit_NE(self, e: NE) -> ir.Value:
         return self._cmp(e, "!=")
 
-    def e_LT(self, e: LT) -> ir.Value:
+    def visit_LT(self, e: LT) -> ir.Value:
         return self._cmp(e, "<")
 
-    def e_LE(self, e: LE) -> ir.Value:
+    def visit_LE(self, e: LE) -> ir.Value:
         return self._cmp(e, "<=")
 
-    def e_GT(self, e: GT) -> ir.Value:
+    def visit_GT(self, e: GT) -> ir.Value:
         return self._cmp(e, ">")
 
-    def e_GE(self, e: GE) -> ir.Value:
+    def visit_GE(self, e: GE) -> ir.Value:
         return self._cmp(e, ">=")
 
-    def e_And(self, e: And) -> ir.Value:
+    def visit_And(self, e: And) -> ir.Value:
         if e.dtype.lanes == 1 and _contains(e.b, _unsafe):
             return self.lazy(self.expr(e.a), e.b, IntImm(e.dtype, 0), e.dtype)
         return self.b.and_(self.expr(e.a), self.expr(e.b))
 
-    def e_Or(self, e: Or) -> ir.Value:
+    def visit_Or(self, e: Or) -> ir.Value:
         if e.dtype.lanes == 1 and _contains(e.b, _unsafe):
             return self.lazy(self.expr(e.a), IntImm(e.dtype, 1), e.b, e.dtype)
         return self.b.or_(self.expr(e.a), self.expr(e.b))
 
-    def e_Not(self, e: Not) -> ir.Value:
+    def visit_Not(self, e: Not) -> ir.Value:
         return self.b.not_(self.expr(e.a))
 
-    def e_Select(self, e: Select) -> ir.Value:
+    def visit_Select(self, e: Select) -> ir.Value:
         return self.select(e.condition, e.true_value, e.false_value, e.dtype)
 
     def select(self, cond: PrimExpr, t: PrimExpr, f: PrimExpr, dt: DataType) -> ir.Value:
@@ -1090,7 +1090,7 @@ class _CodeGen:
             return self.b.sext(v, t) if signed else self.b.zext(v, t)
         return v
 
-    def e_Cast(self, e: Cast) -> ir.Value:
+    def visit_Cast(self, e: Cast) -> ir.Value:
         src, dst = e.value.dtype, e.dtype
         v = self.expr(e.value)
         if src == dst:
@@ -1136,10 +1136,10 @@ class _CodeGen:
             r = v
         return self.round_bf16(r) if dst.code == "bfloat" else r
 
-    def e_Broadcast(self, e: Broadcast) -> ir.Value:
+    def visit_Broadcast(self, e: Broadcast) -> ir.Value:
         return self.splat(self.expr(e.value), e.lanes)
 
-    def e_Ramp(self, e: Ramp) -> ir.Value:
+    def visit_Ramp(self, e: Ramp) -> ir.Value:
         base = self.splat(self.expr(e.base), e.lanes)
         vt = ir.VectorType(value_type(e.base.dtype), e.lanes)
         if isinstance(e.stride, IntImm | FloatImm):
@@ -1153,7 +1153,7 @@ class _CodeGen:
         r = self.b.fadd(base, offs)
         return self.round_bf16(r) if e.base.dtype.code == "bfloat" else r  # registers hold bfloat16 values
 
-    def e_BufferLoad(self, e: BufferLoad) -> ir.Value:
+    def visit_BufferLoad(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:
             raise CodegenError(f"load of {e.buffer.name} has {len(e.indices)} indices; lower (flatten) it first")
         ptr, st = self.buffer_ptr(e.buffer)
@@ -1216,7 +1216,7 @@ class _CodeGen:
         fn = self.declare(f"{name}.{_type_suffix(t)}", t, [a.type for a in args])
         return self.b.call(fn, args, fastmath=fastmath)
 
-    def e_Call(self, e: Call, statement: bool = False) -> ir.Value:
+    def visit_Call(self, e: Call, statement: bool = False) -> ir.Value:
         op = e.op[4:] if e.op.startswith("tir.") else e.op
         dt = e.dtype
         if op == "if_then_else":
