@@ -27,13 +27,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .rv import RV, BlockRV, ExprRV, LoopRV, rv_from_name
-
-if TYPE_CHECKING:
-    from .schedule import Schedule
-
 
 TRACE_FORMAT_NAME = "tensorsearch.trace"
 TRACE_VERSION = 1
@@ -141,6 +137,13 @@ def _unplain(value: Any, rvs: dict[str, RV]) -> Any:
     if isinstance(value, list):
         return [_unplain(v, rvs) for v in value]
     return value
+
+
+class ScheduleLike(Protocol):
+    """What a trace is replayed on (a :class:`~.schedule.Schedule`): each instruction kind is the
+    method of the same name, and the calls are recorded in its own ``trace``."""
+
+    trace: Trace
 
 
 class Trace:
@@ -256,7 +259,7 @@ class Trace:
     # --- replay -------------------------------------------------------------------------
     def apply(
         self,
-        sch: Schedule,
+        sch: ScheduleLike,
         decision_provider: Callable[[Instruction, Any], Any] | None = None,
         remove_postproc: bool = False,
     ) -> dict[RV, RV]:
