@@ -67,6 +67,7 @@ from .ir.expr import (
     Sub,
     Var,
 )
+from .ir.functor import ExprFunctor, StmtFunctor
 from .ir.stmt import (
     Allocate,
     Block,
@@ -436,7 +437,7 @@ def _range_of(dtype: DataType) -> tuple[int, int]:
     return int(dtype.min_value()), int(dtype.max_value())
 
 
-class _Compiler:
+class _Compiler(ExprFunctor[_Val], StmtFunctor[None]):
     def __init__(self, func: PrimFunc, num_args: int) -> None:
         self.func = func
         self.num_args = num_args
@@ -663,23 +664,23 @@ class _Compiler:
         self.level -= 1
 
     def stmt(self, s: Stmt) -> None:
-        method = getattr(self, "s_" + type(s).__name__, None)
-        if method is None:
-            raise NotImplementedError(f"the interpreter does not support the statement {type(s).__name__}")
-        method(s)
+        (self._stmt_methods.get(type(s)) or self.stmt_method(type(s)))(self, s)
 
-    def s_SeqStmt(self, s: SeqStmt) -> None:
+    def unsupported_stmt(self, s: Stmt) -> None:
+        raise NotImplementedError(f"the interpreter does not support the statement {type(s).__name__}")
+
+    def visit_SeqStmt(self, s: SeqStmt) -> None:
         for x in s.stmts:
             self.stmt(x)
 
-    def s_For(self, s: For) -> None:
+    def visit_For(self, s: For) -> None:
         if self.for_nesting >= _MAX_FOR_NESTING:
             fname = self.fresh("_nest")
             self.emit(f"def {fname}():")
             saved = self.for_nesting
             self.for_nesting = 0
             self.level += 1
-            self.s_For(s)
+            self.visit_For(s)
             self.level -= 1
             self.for_nesting = saved
             self.emit(f"{fname}()")
@@ -701,7 +702,7 @@ class _Compiler:
         self.body(s.body)
         self.for_nesting -= 1
 
-    def s_IfThenElse(self, s: IfThenElse) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         cond = self.expr(s.condition)
         self.flush_pre()
         self.emit(f"if {self.truth(cond, s.condition)}:")
@@ -710,7 +711,7 @@ class _Compiler:
             self.emit("else:")
             self.body(s.else_case)
 
-    def s_Evaluate(self, s: Evaluate) -> None:
+    def visit_Evaluate(self, s: Evaluate) -> None:
         if isinstance(s.value, IntImm | FloatImm):
             return
         if isinstance(s.value, Call) and s.value.op.removeprefix("tir.") in _NOOP_CALLS:
@@ -721,11 +722,11 @@ class _Compiler:
         self.flush_pre()
         self.emit(val.code)
 
-    def s_Allocate(self, s: Allocate) -> None:
+    def visit_Allocate(self, s: Allocate) -> None:
         self.alloc_buffer(s.buffer)
         self.stmt(s.body)
 
-    def s_BufferStore(self, s: BufferStore) -> None:
+    def visit_BufferStore(self, s: BufferStore) -> None:
         b = s.buffer
         bname = self.buf(b)
         vector = s.value.dtype.lanes > 1 or any(i.dtype.lanes > 1 for i in s.indices)
@@ -754,7 +755,7 @@ class _Compiler:
         sub = ", ".join(v.code for v in idx) if idx else "()"
         self.emit(f"{bname}[{sub}] = {value.code}")
 
-    def s_BlockRealize(self, s: BlockRealize) -> None:
+    def visit_BlockRealize(self, s: BlockRealize) -> None:
         pred = s.predicate
         if isinstance(pred, IntImm) and pred.value == 0:
             return
@@ -782,7 +783,7 @@ class _Compiler:
         if guarded:
             self.level -= 1
 
-    def s_Block(self, s: Block) -> None:
+    def visit_Block(self, s: Block) -> None:
         if s.iter_vars:
             raise ValueError(f"block {s.name} has iterators but no BlockRealize binds them")
         self.block_body(s)
@@ -852,15 +853,15 @@ class _Compiler:
         return v.code
 
     def expr(self, e: PrimExpr) -> _Val:
-        method = getattr(self, "e_" + type(e).__name__, None)
-        if method is None:
-            raise NotImplementedError(f"the interpreter does not support the expression {type(e).__name__}")
-        v = method(e)
+        v = (self._expr_methods.get(type(e)) or self.expr_method(type(e)))(self, e)
         if v.depth > _MAX_DEPTH and not self.lazy:
             tmp = self.fresh("_h")
             self.pre.append(f"{tmp} = {v.code}")
             v = _Val(tmp, v.lo, v.hi, 1)
         return v
+
+    def unsupported_expr(self, e: PrimExpr) -> _Val:
+        raise NotImplementedError(f"the interpreter does not support the expression {type(e).__name__}")
 
     def canon(self, v: _Val, dtype: DataType) -> _Val:
         """Wrap an integer scalar into ``dtype``'s range unless it provably is already."""
@@ -880,18 +881,18 @@ class _Compiler:
             raise TypeError(f"a condition must be a scalar bool, got {e.dtype}")
         return v.code
 
-    def e_IntImm(self, e: IntImm) -> _Val:
+    def visit_IntImm(self, e: IntImm) -> _Val:
         if e.dtype.is_bool:
             return _Val("True" if e.value else "False")
         return _Val(str(e.value) if e.value >= 0 else f"({e.value})", e.value, e.value)
 
-    def e_FloatImm(self, e: FloatImm) -> _Val:
+    def visit_FloatImm(self, e: FloatImm) -> _Val:
         return _Val(self.float_const(e.dtype, e.value))
 
-    def e_StringImm(self, e: StringImm) -> _Val:
+    def visit_StringImm(self, e: StringImm) -> _Val:
         return _Val(repr(e.value))
 
-    def e_Var(self, e: Var) -> _Val:
+    def visit_Var(self, e: Var) -> _Val:
         name = self.vars.get(e)
         if name is None:
             raise ValueError(f"variable {e.name} ({e.dtype}) is used but not defined by a loop, block or parameter")
@@ -906,13 +907,13 @@ class _Compiler:
         b = self.expr(e.b)
         return _Val(f"({a.code} {pyop} {b.code})", depth=max(a.depth, b.depth) + 1)
 
-    def e_Add(self, e: Add) -> _Val:
+    def visit_Add(self, e: Add) -> _Val:
         return self._ring(e, "+")
 
-    def e_Sub(self, e: Sub) -> _Val:
+    def visit_Sub(self, e: Sub) -> _Val:
         return self._ring(e, "-")
 
-    def e_Mul(self, e: Mul) -> _Val:
+    def visit_Mul(self, e: Mul) -> _Val:
         return self._ring(e, "*")
 
     def _ring(self, e: Any, op: str) -> _Val:
@@ -993,18 +994,18 @@ class _Compiler:
         ]
         return _Val(f"{helper}({a.code}, {b.code})", depth=max(a.depth, b.depth) + 1)
 
-    def e_Div(self, e: Div) -> _Val:
+    def visit_Div(self, e: Div) -> _Val:
         if e.dtype.is_integer and e.dtype.lanes == 1:
             return self._int_div(e, "truncdiv")
         return self._div(e, "div")
 
-    def e_Mod(self, e: Mod) -> _Val:
+    def visit_Mod(self, e: Mod) -> _Val:
         return self._div(e, "truncmod")
 
-    def e_FloorDiv(self, e: FloorDiv) -> _Val:
+    def visit_FloorDiv(self, e: FloorDiv) -> _Val:
         return self._div(e, "floordiv")
 
-    def e_FloorMod(self, e: FloorMod) -> _Val:
+    def visit_FloorMod(self, e: FloorMod) -> _Val:
         return self._div(e, "floormod")
 
     def _minmax(self, e: Any, fn: str) -> _Val:
@@ -1023,10 +1024,10 @@ class _Compiler:
             return _Val(f"{fn}({a.code}, {b.code})", lo, hi, depth)
         return _Val(f"{fn}({a.code}, {b.code})", depth=depth)
 
-    def e_Min(self, e: Min) -> _Val:
+    def visit_Min(self, e: Min) -> _Val:
         return self._minmax(e, "min")
 
-    def e_Max(self, e: Max) -> _Val:
+    def visit_Max(self, e: Max) -> _Val:
         return self._minmax(e, "max")
 
     def _cmp(self, e: Any, op: str) -> _Val:
@@ -1035,25 +1036,25 @@ class _Compiler:
         b = self.canon(self.expr(e.b), dt)
         return _Val(f"({a.code} {op} {b.code})", depth=max(a.depth, b.depth) + 1)
 
-    def e_EQ(self, e: EQ) -> _Val:
+    def visit_EQ(self, e: EQ) -> _Val:
         return self._cmp(e, "==")
 
-    def e_NE(self, e: NE) -> _Val:
+    def visit_NE(self, e: NE) -> _Val:
         return self._cmp(e, "!=")
 
-    def e_LT(self, e: LT) -> _Val:
+    def visit_LT(self, e: LT) -> _Val:
         return self._cmp(e, "<")
 
-    def e_LE(self, e: LE) -> _Val:
+    def visit_LE(self, e: LE) -> _Val:
         return self._cmp(e, "<=")
 
-    def e_GT(self, e: GT) -> _Val:
+    def visit_GT(self, e: GT) -> _Val:
         return self._cmp(e, ">")
 
-    def e_GE(self, e: GE) -> _Val:
+    def visit_GE(self, e: GE) -> _Val:
         return self._cmp(e, ">=")
 
-    def e_And(self, e: And) -> _Val:
+    def visit_And(self, e: And) -> _Val:
         a = self.expr(e.a)
         if e.dtype.lanes > 1:
             b = self.expr(e.b)
@@ -1063,7 +1064,7 @@ class _Compiler:
         self.lazy -= 1
         return _Val(f"({a.code} and {b.code})", depth=max(a.depth, b.depth) + 1)
 
-    def e_Or(self, e: Or) -> _Val:
+    def visit_Or(self, e: Or) -> _Val:
         a = self.expr(e.a)
         if e.dtype.lanes > 1:
             b = self.expr(e.b)
@@ -1073,13 +1074,13 @@ class _Compiler:
         self.lazy -= 1
         return _Val(f"({a.code} or {b.code})", depth=max(a.depth, b.depth) + 1)
 
-    def e_Not(self, e: Not) -> _Val:
+    def visit_Not(self, e: Not) -> _Val:
         a = self.expr(e.a)
         if e.dtype.lanes > 1:
             return _Val(f"np.logical_not({a.code})", depth=a.depth + 1)
         return _Val(f"(not {a.code})", depth=a.depth + 1)
 
-    def e_Select(self, e: Select) -> _Val:
+    def visit_Select(self, e: Select) -> _Val:
         dt = e.dtype
         c = self.expr(e.condition)
         if e.condition.dtype.lanes > 1:
@@ -1097,7 +1098,7 @@ class _Compiler:
             return _Val(code, min(t.lo, f.lo), max(t.hi, f.hi), depth)
         return _Val(code, depth=depth)
 
-    def e_Cast(self, e: Cast) -> _Val:
+    def visit_Cast(self, e: Cast) -> _Val:
         src = e.value.dtype
         dst = e.dtype
         v = self.expr(e.value)
@@ -1133,13 +1134,13 @@ class _Compiler:
                 return _Val(f"{t}({v.code})", depth=depth)
         raise NotImplementedError(f"the interpreter cannot cast {src} to {dst}")
 
-    def e_Broadcast(self, e: Broadcast) -> _Val:
+    def visit_Broadcast(self, e: Broadcast) -> _Val:
         v = self.expr(e.value)
         if e.value.dtype.is_integer:
             v = self.canon(v, e.value.dtype)
         return _Val(f"np.full({e.lanes}, {v.code}, {self.dtype_obj(e.dtype)})", depth=v.depth + 1)
 
-    def e_Ramp(self, e: Ramp) -> _Val:
+    def visit_Ramp(self, e: Ramp) -> _Val:
         dt = e.base.dtype
         base = self.canon(self.expr(e.base), dt)
         stride = self.canon(self.expr(e.stride), dt)
@@ -1176,7 +1177,7 @@ class _Compiler:
             conds.append(f"{v.code} < {n_code}" if v.lo >= 0 else f"0 <= {v.code} < {n_code}")
         return conds
 
-    def e_BufferLoad(self, e: BufferLoad) -> _Val:
+    def visit_BufferLoad(self, e: BufferLoad) -> _Val:
         b = e.buffer
         bname = self.buf(b)
         dt = b.dtype
@@ -1211,7 +1212,7 @@ class _Compiler:
         return _Val(load, depth=depth)
 
     # calls
-    def e_Call(self, e: Call) -> _Val:
+    def visit_Call(self, e: Call) -> _Val:
         op = e.op[4:] if e.op.startswith("tir.") else e.op
         dt = e.dtype
         if op == "if_then_else":

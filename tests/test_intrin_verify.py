@@ -24,9 +24,9 @@ from user_units import DOT, PMADDWD
 
 import tensorsearch as ts
 from tensorsearch import target, te
+from tensorsearch.codegen import llvm as llvm_codegen
 from tensorsearch.interpreter import interpret
 from tensorsearch.ir import Max, Min, const
-from tensorsearch.runtime import module as runtime_module
 from tensorsearch.runtime import verify
 from tensorsearch.runtime.cross import aarch64_tools_available
 from tensorsearch.runtime.verify import IntrinsicVerifyError, random_inputs, verify_intrinsic
@@ -406,8 +406,8 @@ def test_build_refuses_a_program_using_a_wrong_intrinsic_before_compiling_it(tmp
     mod(*inputs, out)
     assert not np.array_equal(out, _numpy(model, inputs))
     compiled = []
-    real_generate = runtime_module.cg.generate
-    monkeypatch.setattr(runtime_module.cg, "generate", lambda f, t, n: compiled.append(n) or real_generate(f, t, n))
+    real_generate = llvm_codegen.generate
+    monkeypatch.setattr(llvm_codegen, "generate", lambda f, t, n: compiled.append(n) or real_generate(f, t, n))
     with pytest.raises(IntrinsicVerifyError, match=_refusal(path, iset.intrinsics[0].name)):
         ts.build(func, hw)
     assert "gemv" not in compiled  # refused before the program itself was compiled

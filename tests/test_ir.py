@@ -170,3 +170,47 @@ def test_identity_cache_keys_on_the_objects_themselves():
     cache.put((b,), "k", 2)
     cache.put((a,), "x", 3)  # full: the oldest entry goes
     assert cache.get((a,), "k") is MISSING and cache.get((b,), "k") == 2 and len(cache) == 2
+
+
+class _Depth(ir.ExprFunctor[int], ir.StmtFunctor[int]):
+    """Expression depth and statement count: a functor with a return type."""
+
+    def visit_Var(self, e: ir.Var) -> int:
+        return 1
+
+    def visit_IntImm(self, e: ir.IntImm) -> int:
+        return 1
+
+    def visit_BinaryOp(self, e: ir.Add) -> int:  # every binary arithmetic node
+        return 1 + max(self.visit_expr(e.a), self.visit_expr(e.b))
+
+    def visit_SeqStmt(self, s: ir.SeqStmt) -> int:
+        return sum(self.visit_stmt(x) for x in s.stmts)
+
+    def visit_Evaluate(self, s: ir.Evaluate) -> int:
+        return 1
+
+
+def test_functor_dispatches_by_class_and_base_class():
+    x = ir.Var("x", "int32")
+    assert _Depth().visit_expr((x + 1) * x - 2) == 4
+    assert _Depth().visit_stmt(ir.seq(ir.Evaluate(x), ir.Evaluate(x + 1))) == 2
+
+
+def test_functor_names_the_unsupported_node_class():
+    x = ir.Var("x", "int32")
+    with pytest.raises(TypeError, match=r"_Depth has no visit_LT: LT expressions are not supported"):
+        _Depth().visit_expr(x < 1)
+    with pytest.raises(TypeError, match=r"_Depth has no visit_IfThenElse: IfThenElse statements"):
+        _Depth().visit_stmt(ir.IfThenElse(x < 1, ir.Evaluate(x), None))
+
+
+def test_functor_tables_are_per_class():
+    class Override(_Depth):
+        def visit_Var(self, e: ir.Var) -> int:
+            return 10
+
+    x = ir.Var("x", "int32")
+    assert _Depth().visit_expr(x + 1) == 2
+    assert Override().visit_expr(x + 1) == 11
+    assert _Depth().visit_expr(x) == 1

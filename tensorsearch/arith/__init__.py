@@ -8,6 +8,7 @@
     eval_int_set(i * 4 + j, {j: Range(0, 4)})               # IntervalSet(i*4, i*4 + 3)
 """
 
+from .analyzer import Analyzer
 from .count import count_macs, count_ops
 from .int_set import NEG_INF, POS_INF, IntervalSet, eval_int_set, intersect, union
 from .iter_map import (
@@ -22,7 +23,7 @@ from .iter_map import (
     subspace_divide,
 )
 from .region import detect_access_regions, region_from_points
-from .simplify import Analyzer, can_prove, can_prove_equal, const_int_bound, simplify, simplify_all
+from .simplify import can_prove, can_prove_equal, const_int_bound, simplify, simplify_all
 from .verify import VerifyError, verify
 
 __all__ = [

@@ -35,7 +35,7 @@ from ..ir.expr import (
     Var,
 )
 from ..ir.functor import free_vars
-from .simplify import NEG_INF, POS_INF, _imm, _Lin, _Simplifier
+from .simplify import NEG_INF, POS_INF, LinearForm, Simplifier, int_imm
 
 
 @dataclass(frozen=True)
@@ -56,7 +56,7 @@ class IntervalSet:
     @staticmethod
     def from_range(r: Range) -> IntervalSet:
         """``Range(m, e)`` -> ``[m, m + e - 1]``."""
-        return IntervalSet(r.min, _Simplifier().simplify(r.min + r.extent - 1))
+        return IntervalSet(r.min, Simplifier().simplify(r.min + r.extent - 1))
 
     @property
     def is_single_point(self) -> bool:
@@ -70,7 +70,7 @@ class IntervalSet:
         """``simplify(max - min + 1)``; a ValueError for an unbounded set."""
         if not self.is_bounded:
             raise ValueError(f"the interval set {self} is unbounded and has no extent")
-        return _Simplifier(dom_map).simplify(self.max_value - self.min_value + 1)
+        return Simplifier(dom_map).simplify(self.max_value - self.min_value + 1)
 
     def to_range(self, dom_map: dict | None = None) -> Range:
         return Range(self.min_value, self.extent(dom_map))
@@ -81,13 +81,13 @@ class IntervalSet:
         return f"[{lo}, {hi}]"
 
 
-def _smin(s: _Simplifier, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+def _smin(s: Simplifier, a: PrimExpr, b: PrimExpr) -> PrimExpr:
     if a is NEG_INF or b is NEG_INF:
         return NEG_INF
     return b if a is POS_INF else a if b is POS_INF else s.simplify(Min(a, b))
 
 
-def _smax(s: _Simplifier, a: PrimExpr, b: PrimExpr) -> PrimExpr:
+def _smax(s: Simplifier, a: PrimExpr, b: PrimExpr) -> PrimExpr:
     if a is POS_INF or b is POS_INF:
         return POS_INF
     return b if a is NEG_INF else a if b is NEG_INF else s.simplify(Max(a, b))
@@ -95,10 +95,11 @@ def _smax(s: _Simplifier, a: PrimExpr, b: PrimExpr) -> PrimExpr:
 
 def union(sets: Any, dom_map: dict | None = None) -> IntervalSet:
     """The hull of interval sets: ``union([[i, i], [i + 2, i + 2]]) == [i, i + 2]``."""
-    return _hull(_Simplifier(dom_map), list(sets))
+    return hull(Simplifier(dom_map), list(sets))
 
 
-def _hull(s: _Simplifier, sets: list[IntervalSet]) -> IntervalSet:
+def hull(s: Simplifier, sets: list[IntervalSet]) -> IntervalSet:
+    """The smallest interval set holding every set of ``sets``, bounds simplified by ``s``."""
     if not sets:
         raise ValueError("union needs at least one interval set")
     lo, hi = sets[0].min_value, sets[0].max_value
@@ -109,7 +110,7 @@ def _hull(s: _Simplifier, sets: list[IntervalSet]) -> IntervalSet:
 
 def intersect(a: IntervalSet, b: IntervalSet, dom_map: dict | None = None) -> IntervalSet:
     """``intersect([0, 15], [i, i + 31]) == [max(i, 0), min(i + 31, 15)]``."""
-    s = _Simplifier(dom_map)
+    s = Simplifier(dom_map)
     lo = a.min_value if b.min_value is NEG_INF else b.min_value if a.min_value is NEG_INF else None
     hi = a.max_value if b.max_value is POS_INF else b.max_value if a.max_value is POS_INF else None
     lo = s.simplify(Max(a.min_value, b.min_value)) if lo is None else lo
@@ -117,7 +118,10 @@ def intersect(a: IntervalSet, b: IntervalSet, dom_map: dict | None = None) -> In
     return IntervalSet(lo, hi)
 
 
-class _SetEval:
+class SetEvaluator:
+    """Evaluates integer expressions to interval sets over one domain map (its simplifier and
+    memo shared by every expression evaluated)."""
+
     def __init__(self, dom_map: dict) -> None:
         self.dom = dict(dom_map)
         ranges = {}
@@ -127,7 +131,7 @@ class _SetEval:
                     ranges[v] = Range(r.min_value, r.max_value - r.min_value + 1)
             else:
                 ranges[v] = r
-        self.s = _Simplifier(ranges)  # simplification is valid anywhere inside the domain
+        self.s = Simplifier(ranges)  # simplification is valid anywhere inside the domain
         self.busy: set[Var] = set()
 
     def sign(self, e: PrimExpr) -> int:
@@ -139,7 +143,9 @@ class _SetEval:
         r = self.dom[v]
         if _is_constant_range(r):
             # what eval gives for a constant range, without simplifying min and min + extent - 1
-            return IntervalSet(_imm(r.min.value, r.min.dtype), _imm(r.min.value + r.extent.value - 1, r.min.dtype))
+            return IntervalSet(
+                int_imm(r.min.value, r.min.dtype), int_imm(r.min.value + r.extent.value - 1, r.min.dtype)
+            )
         self.busy.add(v)
         try:
             if isinstance(r, IntervalSet):
@@ -165,7 +171,7 @@ class _SetEval:
             return IntervalSet.single_point(e)
         return self.visit(e)
 
-    def _linear(self, lin: _Lin) -> IntervalSet | None:
+    def _linear(self, lin: LinearForm) -> IntervalSet | None:
         """The interval of ``sum(c * v) + const`` whose terms are variables, each relaxed one over a
         constant range: the relaxed terms go to their ends, the others stay (None for any other form).
 
@@ -184,7 +190,7 @@ class _SetEval:
                 return None
             a, b = r.min.value * c, (r.min.value + r.extent.value - 1) * c
             lo, hi = lo + min(a, b), hi + max(a, b)
-        return IntervalSet(_Lin(lin.dtype, kept, lo).to_expr(), _Lin(lin.dtype, dict(kept), hi).to_expr())
+        return IntervalSet(LinearForm(lin.dtype, kept, lo).to_expr(), LinearForm(lin.dtype, dict(kept), hi).to_expr())
 
     def visit(self, e: PrimExpr) -> IntervalSet:
         t = type(e)
@@ -193,11 +199,11 @@ class _SetEval:
         if t is IntImm:
             return IntervalSet.single_point(e)
         if t is Ramp:  # the lanes lie between the first and the last one
-            return _hull(self.s, [self.eval(e.base), self.eval(e.base + e.stride * (e.lanes - 1))])
+            return hull(self.s, [self.eval(e.base), self.eval(e.base + e.stride * (e.lanes - 1))])
         if t is Broadcast:
             return self.eval(e.value)
         if t is Select:
-            return _hull(self.s, [self.visit(e.true_value), self.visit(e.false_value)])
+            return hull(self.s, [self.visit(e.true_value), self.visit(e.false_value)])
         if t is Cast and e.value.dtype.is_integer and e.dtype.is_integer:
             a = self.visit(e.value)
             lo = a.min_value if a.min_value is NEG_INF else self.s.simplify(Cast(e.dtype, a.min_value))
@@ -268,7 +274,7 @@ class _SetEval:
 def eval_int_set(expr: PrimExpr, dom_map: dict | None = None) -> IntervalSet:
     """The interval of ``expr`` when each Var of ``dom_map`` ranges over its Range or IntervalSet."""
     _check_int_expr(expr)
-    return _SetEval(dom_map or {}).eval(expr)
+    return SetEvaluator(dom_map or {}).eval(expr)
 
 
 def _check_int_expr(expr: Any) -> None:
@@ -281,7 +287,7 @@ def _is_constant_range(r: Any) -> bool:
     return type(r) is Range and type(r.min) is IntImm and type(r.extent) is IntImm and r.min.dtype == r.extent.dtype
 
 
-def _constant_ranges(dom_map: dict) -> bool:
+def constant_ranges(dom_map: dict) -> bool:
     """Every domain a constant range (then nothing an evaluation learns about the domain depends
     on the expression evaluated)."""
     return all(_is_constant_range(r) for r in dom_map.values())
@@ -293,7 +299,7 @@ def eval_int_sets(exprs: list[PrimExpr], dom_map: dict | None = None) -> list[In
     dom_map = dom_map or {}
     for e in exprs:
         _check_int_expr(e)
-    if not _constant_ranges(dom_map):
-        return [_SetEval(dom_map).eval(e) for e in exprs]
-    ev = _SetEval(dom_map)
+    if not constant_ranges(dom_map):
+        return [SetEvaluator(dom_map).eval(e) for e in exprs]
+    ev = SetEvaluator(dom_map)
     return [ev.eval(e) for e in exprs]

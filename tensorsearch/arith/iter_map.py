@@ -47,7 +47,7 @@ from ..ir.expr import (
 )
 from ..ir.functor import children, free_vars
 from ..ir.identity_cache import MISSING, IdentityCache
-from .simplify import _imm, _Simplifier, simplify, simplify_all
+from .simplify import Simplifier, int_imm, simplify, simplify_all
 
 # ---------------------------------------------------------------------------------------
 # the structured form
@@ -202,14 +202,14 @@ class _Rewriter:
         args = tuple(s for s in merged.values() if s.scale != 0)
         x, y = a.base, b.base
         if type(x) is IntImm and type(y) is IntImm and x.dtype == y.dtype:
-            return IterSum(args, _imm(x.value + sign * y.value, x.dtype))
+            return IterSum(args, int_imm(x.value + sign * y.value, x.dtype))
         return IterSum(args, simplify(x + y if sign > 0 else x - y))
 
     def scale(self, a: IterSum, c: int) -> IterSum:
         args = tuple(IterSplit(s.source, s.lower_factor, s.extent, s.scale * c) for s in a.args) if c else ()
         x = a.base
         if type(x) is IntImm:
-            return IterSum(args, _imm(x.value * c, x.dtype))
+            return IterSum(args, int_imm(x.value * c, x.dtype))
         return IterSum(args, simplify(x * c))
 
     def uses_iterators(self, e: PrimExpr) -> bool:
@@ -611,7 +611,7 @@ def _tiled_bindings(realize: object, loops: dict[Var, Range]) -> bool:
             return False
         extents[v] = r.extent.value
     used: set[Var] = set()
-    forms = _Simplifier()
+    forms = Simplifier()
     for iv, value in zip(realize.block.iter_vars, realize.iter_values, strict=True):  # type: ignore[attr-defined]
         dom = iv.dom
         if type(dom.min) is not IntImm or dom.min.value != 0 or type(dom.extent) is not IntImm:

@@ -30,11 +30,11 @@ from ..ir.stmt import (
     SeqStmt,
     Stmt,
 )
-from .int_set import NEG_INF, POS_INF, IntervalSet, _constant_ranges, _hull, _SetEval
-from .simplify import _Simplifier, simplify
+from .int_set import NEG_INF, POS_INF, IntervalSet, SetEvaluator, constant_ranges, hull
+from .simplify import Simplifier, simplify
 
 
-def _to_region(buffer: Buffer, sets: list[IntervalSet], s: _Simplifier) -> BufferRegion:
+def _to_region(buffer: Buffer, sets: list[IntervalSet], s: Simplifier) -> BufferRegion:
     """Interval sets to a BufferRegion; an unbounded side falls back to the buffer's edge."""
     ranges = []
     for dim, st in zip(buffer.shape, sets):
@@ -46,11 +46,11 @@ def _to_region(buffer: Buffer, sets: list[IntervalSet], s: _Simplifier) -> Buffe
 
 def region_from_points(buffer: Buffer, points: Any, dom_map: dict | None = None) -> BufferRegion:
     """The smallest region holding every index tuple in ``points`` (vars of ``dom_map`` relaxed)."""
-    ev = _SetEval(dom_map or {})
+    ev = SetEvaluator(dom_map or {})
     sets: list[IntervalSet] | None = None
     for idx in points:
         new = [ev.eval(i if isinstance(i, PrimExpr) else IntImm(buffer.shape[0].dtype, i)) for i in idx]
-        sets = new if sets is None else [_hull(ev.s, [a, b]) for a, b in zip(sets, new)]
+        sets = new if sets is None else [hull(ev.s, [a, b]) for a, b in zip(sets, new)]
     if sets is None:
         raise ValueError(f"region_from_points needs at least one point of buffer {buffer.name}")
     return _to_region(buffer, sets, ev.s)
@@ -64,16 +64,16 @@ class _Collector:
         self.writes: dict[Buffer, list[IntervalSet]] = {}
         self.local: set[Buffer] = set()
         self.matched: dict[Buffer, BufferRegion] = {}
-        self._ev: _SetEval | None = None  # the evaluator of the current domain (None after it changed)
+        self._ev: SetEvaluator | None = None  # the evaluator of the current domain (None after it changed)
 
     @property
-    def ev(self) -> _SetEval:
+    def ev(self) -> SetEvaluator:
         """One evaluator serves every access while the domain stays the same and constant (as in
         ``eval_int_sets``); a symbolic domain gets a fresh one each time."""
         if self._ev is None:
-            if not _constant_ranges(self.dom):
-                return _SetEval(self.dom)
-            self._ev = _SetEval(self.dom)
+            if not constant_ranges(self.dom):
+                return SetEvaluator(self.dom)
+            self._ev = SetEvaluator(self.dom)
         return self._ev
 
     def relax(self, e: PrimExpr) -> IntervalSet:
@@ -82,7 +82,7 @@ class _Collector:
     def add(self, table: dict, buffer: Buffer, sets: list[IntervalSet]) -> None:
         old = table.get(buffer)
         s = self.ev.s
-        table[buffer] = sets if old is None else [_hull(s, [a, b]) for a, b in zip(old, sets)]
+        table[buffer] = sets if old is None else [hull(s, [a, b]) for a, b in zip(old, sets)]
 
     def access(self, table: dict, buffer: Buffer, indices: tuple[PrimExpr, ...]) -> None:
         if buffer in self.matched:  # a match_buffer view: count its whole source region
@@ -178,7 +178,7 @@ def detect_access_regions(stmt: Stmt, relax: dict | None = None) -> tuple[list[B
     """
     c = _Collector(relax or {})
     c.stmt(stmt)
-    s = _Simplifier(relax)
+    s = Simplifier(relax)
 
     def regions(table: dict) -> list[BufferRegion]:
         return [_to_region(b, sets, s) for b, sets in table.items() if b not in c.local and b not in c.matched]

@@ -70,7 +70,8 @@ def _wrap(value: int, dtype: DataType) -> int:
     return value
 
 
-def _imm(value: int, dtype: DataType) -> IntImm:
+def int_imm(value: int, dtype: DataType) -> IntImm:
+    """An IntImm of ``dtype`` holding ``value`` wrapped to the type's width: ``int_imm(300, int8)`` is 44."""
     return IntImm(dtype, _wrap(int(value), dtype))
 
 
@@ -101,7 +102,7 @@ def _fdivx(x: Any, y: Any) -> Any:
     return x // y
 
 
-class _Lin:
+class LinearForm:
     """``sum(coef * atom) + const`` in the integer type ``dtype``; terms in first-appearance order."""
 
     __slots__ = ("const", "dtype", "terms")
@@ -113,18 +114,18 @@ class _Lin:
     def is_const(self) -> bool:
         return not self.terms
 
-    def add(self, other: _Lin, scale: int = 1) -> _Lin:
+    def add(self, other: LinearForm, scale: int = 1) -> LinearForm:
         terms = dict(self.terms)
         for t, c in other.terms.items():
             terms[t] = terms.get(t, 0) + c * scale
             if terms[t] == 0:
                 del terms[t]
-        return _Lin(self.dtype, terms, self.const + other.const * scale)
+        return LinearForm(self.dtype, terms, self.const + other.const * scale)
 
-    def scale(self, k: int) -> _Lin:
+    def scale(self, k: int) -> LinearForm:
         if k == 0:
-            return _Lin(self.dtype)
-        return _Lin(self.dtype, {t: c * k for t, c in self.terms.items()}, self.const * k)
+            return LinearForm(self.dtype)
+        return LinearForm(self.dtype, {t: c * k for t, c in self.terms.items()}, self.const * k)
 
     def content(self) -> int:
         return math.gcd(*self.terms.values(), self.const)
@@ -133,7 +134,7 @@ class _Lin:
         dt = self.dtype
 
         def term(t: PrimExpr, c: int) -> PrimExpr:
-            return t if c == 1 else Mul(t, _imm(c, dt))
+            return t if c == 1 else Mul(t, int_imm(c, dt))
 
         pos = [(t, c) for t, c in self.terms.items() if c > 0]
         neg = [(t, -c) for t, c in self.terms.items() if c < 0]
@@ -145,13 +146,13 @@ class _Lin:
                 res = term(neg[0][0], -neg[0][1])
                 neg = neg[1:]
             else:
-                res = _imm(self.const, dt)
+                res = int_imm(self.const, dt)
         for t, c in neg:
             res = Sub(res, term(t, c))
         if res is None:
-            return _imm(self.const, dt)
+            return int_imm(self.const, dt)
         if pos and self.const != 0:
-            res = Add(res, _imm(self.const, dt)) if self.const > 0 else Sub(res, _imm(-self.const, dt))
+            res = Add(res, int_imm(self.const, dt)) if self.const > 0 else Sub(res, int_imm(-self.const, dt))
         return res
 
 
@@ -174,7 +175,7 @@ def _round_float(value: float, dtype: DataType) -> float:
         return value
 
 
-class _Simplifier:
+class Simplifier:
     """One simplification context: a domain map and a cache of variable bounds."""
 
     def __init__(self, dom_map: dict | None = None) -> None:
@@ -182,7 +183,7 @@ class _Simplifier:
         self._var_bounds: dict[Var, Bound] = {}
         self._busy: set[Var] = set()
         self._offsets: dict[Var, tuple[Var, PrimExpr] | None] = {}
-        self._memo: dict[int, tuple[PrimExpr, _Lin]] = {}
+        self._memo: dict[int, tuple[PrimExpr, LinearForm]] = {}
 
     # -- bounds -------------------------------------------------------------------------
     def var_bound(self, v: Var) -> Bound:
@@ -214,14 +215,16 @@ class _Simplifier:
                 self._offsets[v] = (off, r.min)
         return self._offsets[v]
 
-    def bound_lin(self, lin: _Lin, depth: int = 0) -> Bound:
+    def bound_lin(self, lin: LinearForm, depth: int = 0) -> Bound:
         for _ in range(4):  # rewrite vars with symbolic domains as min + offset, so j - n is bounded for j in [n, n+4)
             shift = [t for t in lin.terms if type(t) is Var and self._offset(t) is not None]
             for v in shift:
                 off, mn = self._offset(v)
                 coef, rest = lin.terms[v], dict(lin.terms)
                 del rest[v]
-                lin = _Lin(lin.dtype, rest, lin.const).add(self.lin(mn).add(_Lin(lin.dtype, {off: 1})), coef)
+                lin = LinearForm(lin.dtype, rest, lin.const).add(
+                    self.lin(mn).add(LinearForm(lin.dtype, {off: 1})), coef
+                )
             if not shift:
                 break
         lo = hi = lin.const
@@ -233,7 +236,7 @@ class _Simplifier:
             lo, hi = self._tighten_min_max(lin, lo, hi, depth)
         return lo, hi
 
-    def _tighten_min_max(self, lin: _Lin, lo: Any, hi: Any, depth: int) -> Bound:
+    def _tighten_min_max(self, lin: LinearForm, lo: Any, hi: Any, depth: int) -> Bound:
         """Use ``min(p, q) <= p`` and ``max(p, q) >= p`` for Min/Max terms, so ``a - max(a, b) <= 0``."""
         for t, c in list(lin.terms.items())[:4]:
             if type(t) not in (Min, Max):
@@ -242,7 +245,7 @@ class _Simplifier:
             del rest[t]
             upper = (type(t) is Min) == (c > 0)  # replacing t by an operand bounds lin from above
             for operand in (t.a, t.b):
-                replaced = _Lin(lin.dtype, rest, lin.const).add(self.lin(operand), c)
+                replaced = LinearForm(lin.dtype, rest, lin.const).add(self.lin(operand), c)
                 r_lo, r_hi = self.bound_lin(replaced, depth + 1)
                 if upper:
                     hi = min(hi, r_hi)
@@ -296,24 +299,24 @@ class _Simplifier:
         return _dtype_bound(e.dtype)
 
     # -- linear forms -------------------------------------------------------------------
-    def atom(self, e: PrimExpr) -> _Lin:
+    def atom(self, e: PrimExpr) -> LinearForm:
         if type(e) is IntImm:
-            return _Lin(e.dtype, {}, e.value)
-        return _Lin(e.dtype, {e: 1})
+            return LinearForm(e.dtype, {}, e.value)
+        return LinearForm(e.dtype, {e: 1})
 
-    def lin(self, e: PrimExpr) -> _Lin:
+    def lin(self, e: PrimExpr) -> LinearForm:
         hit = self._memo.get(id(e))  # by identity: shared sub-expressions are linearized once
         if hit is None:
             hit = self._memo[id(e)] = (e, self._lin(e))
         return hit[1]
 
-    def _lin(self, e: PrimExpr) -> _Lin:
+    def _lin(self, e: PrimExpr) -> LinearForm:
         t = type(e)
         dt = e.dtype
         if t is IntImm:
-            return _Lin(dt, {}, e.value)
+            return LinearForm(dt, {}, e.value)
         if t is Var:
-            return _Lin(dt, {e: 1})
+            return LinearForm(dt, {e: 1})
         if t is Add or t is Sub:
             return self.fuse(self.lin(e.a).add(self.lin(e.b), 1 if t is Add else -1))
         if t is Mul:
@@ -323,16 +326,16 @@ class _Simplifier:
             if la.is_const:
                 return lb.scale(la.const)
             ga, gb = la.content(), lb.content()  # pull the constant content out: (i*2)*j -> (i*j)*2
-            prod = Mul(_Lin(dt, {k: c // ga for k, c in la.terms.items()}, la.const // ga).to_expr(),
-                       _Lin(dt, {k: c // gb for k, c in lb.terms.items()}, lb.const // gb).to_expr())  # fmt: skip
-            return _Lin(dt, {prod: ga * gb})
+            prod = Mul(LinearForm(dt, {k: c // ga for k, c in la.terms.items()}, la.const // ga).to_expr(),
+                       LinearForm(dt, {k: c // gb for k, c in lb.terms.items()}, lb.const // gb).to_expr())  # fmt: skip
+            return LinearForm(dt, {prod: ga * gb})
         if t is FloorDiv or t is FloorMod:
             return self.floor_op(t, self.lin(e.a), self.lin(e.b))
         if t is Div or t is Mod:
             la, lb = self.lin(e.a), self.lin(e.b)
             if lb.is_const and lb.const != 0 and la.is_const:
                 q = abs(la.const) // abs(lb.const) * (1 if (la.const >= 0) == (lb.const > 0) else -1)
-                return _Lin(dt, {}, q if t is Div else la.const - q * lb.const)
+                return LinearForm(dt, {}, q if t is Div else la.const - q * lb.const)
             if lb.is_const and lb.const > 0 and self.bound_lin(la)[0] >= 0:
                 return self.floor_op(FloorDiv if t is Div else FloorMod, la, lb)
             return self.atom(t(la.to_expr(), lb.to_expr()))
@@ -367,7 +370,7 @@ class _Simplifier:
         lo, hi = self.bound_lin(self.lin(z).add(self.lin(y), -1))
         return hi <= 0 if t is Min else lo >= 0
 
-    def fuse(self, lin: _Lin) -> _Lin:
+    def fuse(self, lin: LinearForm) -> LinearForm:
         """``(x // c) * c * k + (x % c) * k -> x * k`` and
         ``(x // c % d) * c * k + (x % c) * k -> (x % (c * d)) * k`` (undoing a fused index's split)."""
         for t, k in list(lin.terms.items()):
@@ -377,50 +380,50 @@ class _Simplifier:
             if lin.terms.get(FloorDiv(t.a, t.b)) == k * c:
                 rest = dict(lin.terms)
                 del rest[t], rest[FloorDiv(t.a, t.b)]
-                return self.fuse(_Lin(lin.dtype, rest, lin.const).add(self.lin(t.a), k))
+                return self.fuse(LinearForm(lin.dtype, rest, lin.const).add(self.lin(t.a), k))
             for u, ku in lin.terms.items():
                 if ku == k * c and type(u) is FloorMod and type(u.b) is IntImm and u.a == FloorDiv(t.a, t.b):
                     rest = dict(lin.terms)
                     del rest[t], rest[u]
-                    merged = self.atom(FloorMod(t.a, _imm(c * u.b.value, t.b.dtype)))
-                    return self.fuse(_Lin(lin.dtype, rest, lin.const).add(merged, k))
+                    merged = self.atom(FloorMod(t.a, int_imm(c * u.b.value, t.b.dtype)))
+                    return self.fuse(LinearForm(lin.dtype, rest, lin.const).add(merged, k))
         return lin
 
-    def floor_op(self, op: type, la: _Lin, lb: _Lin) -> _Lin:
+    def floor_op(self, op: type, la: LinearForm, lb: LinearForm) -> LinearForm:
         """floordiv / floormod of linear forms (see the module docstring for the rules)."""
         dt = la.dtype
         if not lb.is_const or lb.const <= 0:
             if la.is_const and lb.is_const and lb.const != 0:
                 q = la.const // lb.const
-                return _Lin(dt, {}, q if op is FloorDiv else la.const - q * lb.const)
+                return LinearForm(dt, {}, q if op is FloorDiv else la.const - q * lb.const)
             return self.atom(op(la.to_expr(), lb.to_expr()))
         c = lb.const
         if c == 1:
-            return la if op is FloorDiv else _Lin(dt)
-        quo = _Lin(dt, {t: k // c for t, k in la.terms.items() if k % c == 0}, la.const // c)
-        rem = _Lin(dt, {t: k for t, k in la.terms.items() if k % c != 0}, la.const % c)
+            return la if op is FloorDiv else LinearForm(dt)
+        quo = LinearForm(dt, {t: k // c for t, k in la.terms.items() if k % c == 0}, la.const // c)
+        rem = LinearForm(dt, {t: k for t, k in la.terms.items() if k % c != 0}, la.const % c)
         if op is FloorMod:
-            quo = _Lin(dt)
+            quo = LinearForm(dt)
         if rem.is_const:
-            return quo.add(_Lin(dt, {}, rem.const if op is FloorMod else 0))
+            return quo.add(LinearForm(dt, {}, rem.const if op is FloorMod else 0))
         g = math.gcd(c, rem.content())
         if g > 1:  # (g*y) // (g*d) == y // d and (g*y) % (g*d) == (y % d) * g
-            rem, c = _Lin(dt, {t: k // g for t, k in rem.terms.items()}, rem.const // g), c // g
+            rem, c = LinearForm(dt, {t: k // g for t, k in rem.terms.items()}, rem.const // g), c // g
         lo, hi = self.bound_lin(rem)
         if not math.isinf(lo) and not math.isinf(hi) and lo // c == hi // c:
             q = lo // c
-            res = _Lin(dt, {}, q) if op is FloorDiv else rem.add(_Lin(dt, {}, -q * c))
+            res = LinearForm(dt, {}, q) if op is FloorDiv else rem.add(LinearForm(dt, {}, -q * c))
         elif len(rem.terms) == 1 and next(iter(rem.terms.values())) == 1 and self._nested(op, rem, c):
             inner, a = self._nested(op, rem, c)
             inner = self.lin(inner)
-            inner = inner.add(_Lin(dt, {}, rem.const * (a if op is FloorDiv else 1)))
-            res = self.floor_op(op, inner, _Lin(dt, {}, a * c if op is FloorDiv else c))
+            inner = inner.add(LinearForm(dt, {}, rem.const * (a if op is FloorDiv else 1)))
+            res = self.floor_op(op, inner, LinearForm(dt, {}, a * c if op is FloorDiv else c))
         else:
-            res = self.atom(op(rem.to_expr(), _imm(c, dt)))
+            res = self.atom(op(rem.to_expr(), int_imm(c, dt)))
         return quo.add(res if op is FloorDiv else res.scale(g))
 
     @staticmethod
-    def _nested(op: type, rem: _Lin, c: int) -> tuple[PrimExpr, int] | None:
+    def _nested(op: type, rem: LinearForm, c: int) -> tuple[PrimExpr, int] | None:
         """(x // a) // c -> x // (a*c);  (x % a) % c -> x % c when c divides a."""
         t = next(iter(rem.terms))
         if type(t) is op and type(t.b) is IntImm and t.b.value > 0 and (op is FloorDiv or t.b.value % c == 0):
@@ -484,7 +487,7 @@ class _Simplifier:
             if dtype.is_bool:
                 return _bool(value != 0)
             if math.isfinite(value) and (dtype.is_integer):
-                return _imm(int(value), dtype)  # int() truncates toward zero
+                return int_imm(int(value), dtype)  # int() truncates toward zero
         return Cast(dtype, v)
 
     def compare(self, e: CmpOp) -> PrimExpr:
@@ -509,17 +512,17 @@ class _Simplifier:
         if g > 1:
             terms = {k: c // g for k, c in d.terms.items()}
             if t is LT:  # g*y + c < 0  <=>  y < ceil(-c/g)
-                d = _Lin(d.dtype, terms, d.const // g)
+                d = LinearForm(d.dtype, terms, d.const // g)
             elif t is LE:  # g*y + c <= 0  <=>  y <= floor(-c/g)
-                d = _Lin(d.dtype, terms, -((-d.const) // g))
+                d = LinearForm(d.dtype, terms, -((-d.const) // g))
             elif d.const % g:
                 return _bool(t is NE)
             else:
-                d = _Lin(d.dtype, terms, d.const // g)
+                d = LinearForm(d.dtype, terms, d.const // g)
         if t in (EQ, NE) and all(c < 0 for c in d.terms.values()):
             d = d.scale(-1)
-        left = _Lin(d.dtype, {k: c for k, c in d.terms.items() if c > 0})
-        right = _Lin(d.dtype, {k: -c for k, c in d.terms.items() if c < 0})
+        left = LinearForm(d.dtype, {k: c for k, c in d.terms.items() if c > 0})
+        right = LinearForm(d.dtype, {k: -c for k, c in d.terms.items() if c < 0})
         if left.is_const:
             left.const = d.const
         else:
@@ -549,13 +552,13 @@ class _Simplifier:
 
 def simplify(expr: PrimExpr, dom_map: dict | None = None) -> PrimExpr:
     """Canonicalize ``expr`` (see the module docstring); ``dom_map`` maps a Var to its Range."""
-    return _Simplifier(dom_map).simplify(expr)
+    return Simplifier(dom_map).simplify(expr)
 
 
 def simplify_all(exprs: list[PrimExpr] | tuple[PrimExpr, ...], dom_map: dict | None = None) -> list[PrimExpr]:
     """``[simplify(e, dom_map) for e in exprs]`` in one context: a sub-expression the expressions
     share (the fused index of a block's bindings, say) is linearized once."""
-    s = _Simplifier(dom_map)
+    s = Simplifier(dom_map)
     return [s.simplify(e) for e in exprs]
 
 
@@ -566,7 +569,7 @@ def const_int_bound(expr: PrimExpr, dom_map: dict | None = None) -> Bound:
     """
     if not (expr.dtype.is_integer or expr.dtype.is_bool) or expr.dtype.lanes != 1:
         raise TypeError(f"const_int_bound needs a scalar integer expression, got {expr.dtype} ({expr})")
-    s = _Simplifier(dom_map)
+    s = Simplifier(dom_map)
     if expr.dtype.is_bool:
         v = s.simplify(expr)
         return (v.value, v.value) if type(v) is IntImm else (0, 1)
@@ -580,47 +583,13 @@ def can_prove(cond: PrimExpr, dom_map: dict | None = None) -> bool:
     """
     if not cond.dtype.is_bool:
         raise TypeError(f"can_prove needs a bool condition, got {cond.dtype} ({cond})")
-    v = _Simplifier(dom_map).simplify(cond)
+    v = Simplifier(dom_map).simplify(cond)
     return type(v) is IntImm and v.value != 0
 
 
 def can_prove_equal(a: PrimExpr, b: PrimExpr, dom_map: dict | None = None) -> bool:
     """True when ``a`` and ``b`` provably have the same value: ``can_prove_equal((x//4)*4 + x%4, x)``."""
-    s = _Simplifier(dom_map)
+    s = Simplifier(dom_map)
     if _is_int(a) and a.dtype == b.dtype:
         return s.bound_lin(s.lin(a).add(s.lin(b), -1)) == (0, 0)
     return s.simplify(a) == s.simplify(b)
-
-
-class Analyzer:
-    """Bundles a domain map with the simplifier, prover, bound and interval-set analyses.
-
-    ``ana = Analyzer(); ana.bind(i, Range(0, 16)); ana.can_prove(i < 16)  # True``
-    """
-
-    def __init__(self, dom_map: dict | None = None) -> None:
-        self.dom_map: dict = dict(dom_map or {})
-
-    def bind(self, var: Var, dom: Any) -> None:
-        """Declare that ``var`` lies in ``dom`` (a Range, an IntervalSet, or an int extent)."""
-        from ..ir.expr import Range
-
-        self.dom_map[var] = Range.from_extent(dom, var.dtype) if isinstance(dom, int) else dom
-
-    def simplify(self, expr: PrimExpr) -> PrimExpr:
-        return simplify(expr, self.dom_map)
-
-    def can_prove(self, cond: PrimExpr) -> bool:
-        return can_prove(cond, self.dom_map)
-
-    def can_prove_equal(self, a: PrimExpr, b: PrimExpr) -> bool:
-        return can_prove_equal(a, b, self.dom_map)
-
-    def const_int_bound(self, expr: PrimExpr) -> Bound:
-        return const_int_bound(expr, self.dom_map)
-
-    def eval_int_set(self, expr: PrimExpr, relax: dict | None = None) -> Any:
-        """Interval of ``expr`` when the vars of ``relax`` (default: all bound vars) range over their domains."""
-        from .int_set import eval_int_set
-
-        return eval_int_set(expr, self.dom_map if relax is None else relax)

@@ -38,49 +38,10 @@ import tempfile
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from .. import ir
 from ..arith import const_int_bound
 from ..arith import simplify as simplify_expr
-from ..ir import (
-    Add,
-    Allocate,
-    And,
-    Block,
-    BlockRealize,
-    Broadcast,
-    Buffer,
-    BufferLoad,
-    BufferStore,
-    Call,
-    Cast,
-    DataType,
-    Div,
-    Evaluate,
-    FloatImm,
-    FloorDiv,
-    FloorMod,
-    For,
-    ForKind,
-    IfThenElse,
-    IntImm,
-    Max,
-    Min,
-    Mod,
-    Mul,
-    Not,
-    Or,
-    PrimExpr,
-    PrimFunc,
-    Ramp,
-    Range,
-    Select,
-    SeqStmt,
-    Stmt,
-    StringImm,
-    Sub,
-    Var,
-    post_order_visit,
-)
-from ..ir.expr import EQ, GE, GT, LE, LT, NE
+from ..ir import PrimExpr, PrimFunc, Stmt
 from ..lower import flatten_buffers, lower_blocks, lower_init, simplify
 from ..lower.common import LoweringError
 from ..lower.compact import compact_gpu_buffers
@@ -116,53 +77,41 @@ __all__ = [
 ]
 
 
+_I32 = ir.DataType("int", 32)
+
+
 class CudaCodegenError(LoweringError):
     """A construct the CUDA generator cannot emit, or a unit block that does not fit its unit."""
 
 
-def _rewrite(stmt: Stmt, fn: Any) -> Stmt:
-    r = fn(stmt)
-    if r is not None:
-        return r
-    if isinstance(stmt, SeqStmt):
-        return SeqStmt(tuple(_rewrite(s, fn) for s in stmt.stmts))
-    if isinstance(stmt, (For, Allocate)):
-        return replace(stmt, body=_rewrite(stmt.body, fn))
-    if isinstance(stmt, IfThenElse):
-        return IfThenElse(
-            stmt.condition,
-            _rewrite(stmt.then_case, fn),
-            None if stmt.else_case is None else _rewrite(stmt.else_case, fn),
-        )
-    if isinstance(stmt, BlockRealize):
-        return BlockRealize(stmt.iter_values, stmt.predicate, _rewrite(stmt.block, fn))
-    if isinstance(stmt, Block):
-        return replace(stmt, body=_rewrite(stmt.body, fn), init=None if stmt.init is None else _rewrite(stmt.init, fn))
-    return stmt
+class _LowerUnits(ir.StmtMutator):
+    """Replaces each block annotated ``cuda_intrinsic`` or ``cuda_unit`` (nothing inside a replaced
+    block is visited); every other statement is rebuilt around its rewritten children."""
+
+    def __init__(self, target: Hardware) -> None:
+        self.target = target
+
+    def visit_Block(self, s: ir.Block) -> ir.Block:
+        ann = dict(s.annotations)
+        if INTRINSIC_ATTR in ann:
+            return _intrinsic_block(s, str(ann[INTRINSIC_ATTR]), self.target)
+        if UNIT_ATTR in ann:
+            try:
+                iset, unit = find_unit(str(ann[UNIT_ATTR]), self.target)
+                body = unit_statement(s, unit, iset)
+            except UnitError as err:
+                raise CudaCodegenError(str(err)) from None
+            for member in unit.members:  # never run against their semantics: say so, once each
+                warn_not_verified(iset[member], cuda_unverified_reason(), stacklevel=2)
+            rest = tuple((k, v) for k, v in s.annotations if k != UNIT_ATTR)
+            return replace(s, body=body, init=None, annotations=rest)
+        return self.generic_visit(s)
 
 
 def lower_units(func: PrimFunc, target: Hardware) -> PrimFunc:
     """Replace every block annotated ``cuda_unit`` by its unit's statement sequence, and every
     block annotated ``cuda_intrinsic`` by its intrinsic's template (module doc)."""
-
-    def fn(s: Stmt) -> Stmt | None:
-        if isinstance(s, Block):
-            ann = dict(s.annotations)
-            if INTRINSIC_ATTR in ann:
-                return _intrinsic_block(s, str(ann[INTRINSIC_ATTR]), target)
-            if UNIT_ATTR in ann:
-                try:
-                    iset, unit = find_unit(str(ann[UNIT_ATTR]), target)
-                    body = unit_statement(s, unit, iset)
-                except UnitError as err:
-                    raise CudaCodegenError(str(err)) from None
-                for member in unit.members:  # never run against their semantics: say so, once each
-                    warn_not_verified(iset[member], cuda_unverified_reason(), stacklevel=2)
-                rest = tuple((k, v) for k, v in s.annotations if k != UNIT_ATTR)
-                return replace(s, body=body, init=None, annotations=rest)
-        return None
-
-    return replace(func, body=_rewrite(func.body, fn))
+    return replace(func, body=_LowerUnits(target).visit(func.body))
 
 
 def find_intrinsic(ref: str, target: Hardware) -> Intrinsic:
@@ -174,7 +123,7 @@ def find_intrinsic(ref: str, target: Hardware) -> Intrinsic:
     raise CudaCodegenError(f"the program calls intrinsic {ref}, which hardware {target.name} does not offer")
 
 
-def _intrinsic_block(block: Block, ref: str, target: Hardware) -> Block:
+def _intrinsic_block(block: ir.Block, ref: str, target: Hardware) -> ir.Block:
     """``block`` (a tile tensorized with one CUDA intrinsic on fragment buffers) with its body
     replaced by the intrinsic's template: a memory operand is a pointer to its region's first
     element and that region's row stride, a fragment operand the fragment holding its tile::
@@ -187,36 +136,41 @@ def _intrinsic_block(block: Block, ref: str, target: Hardware) -> Block:
 
     intr = find_intrinsic(ref, target)
     regions = match_intrinsic(block, intr, lambda why: CudaCodegenError(f"block {block.name} ({intr.name}): {why}"))
-    args: list[PrimExpr] = [StringImm(ref)]
+    args: list[PrimExpr] = [ir.StringImm(ref)]
     for op in intr.operands:
         region = regions[op.name]
-        first = BufferLoad(region.buffer, tuple(r.min for r in region.region))
+        first = ir.BufferLoad(region.buffer, tuple(r.min for r in region.region))
         stride = _row_stride(region, first)
         # the region's last element too: compact_gpu_buffers sizes the buffer from the accesses it sees
-        last = BufferLoad(region.buffer, tuple(r.min + r.extent - 1 for r in region.region))
-        args += [StringImm(f"{op.name}.last"), address_of(last)]
+        last = ir.BufferLoad(region.buffer, tuple(r.min + r.extent - 1 for r in region.region))
+        args += [ir.StringImm(f"{op.name}.last"), address_of(last)]
         if op.scope in MEMORY_SCOPES:
-            args += [StringImm(op.name), address_of(first), StringImm(op.name + ".stride"), stride]
+            args += [ir.StringImm(op.name), address_of(first), ir.StringImm(op.name + ".stride"), stride]
         else:
             rows, cols = (op.shape[-2], op.shape[-1]) if len(op.shape) > 1 else (1, op.shape[-1])
-            tile = Call(
-                DataType("int", 32),
+            tile = ir.Call(
+                _I32,
                 "cuda.fragment",
-                (address_of(first), stride, IntImm(DataType("int", 32), rows), IntImm(DataType("int", 32), cols)),
+                (
+                    address_of(first),
+                    stride,
+                    ir.IntImm(_I32, rows),
+                    ir.IntImm(_I32, cols),
+                ),
             )
-            args += [StringImm(op.name), tile]
+            args += [ir.StringImm(op.name), tile]
     warn_not_verified(intr, cuda_unverified_reason(), stacklevel=3)
-    body = Evaluate(Call(DataType("int", 32), "cuda.template", tuple(args)))
+    body = ir.Evaluate(ir.Call(_I32, "cuda.template", tuple(args)))
     rest = tuple((k, v) for k, v in block.annotations if k != INTRINSIC_ATTR)
     return replace(block, body=body, annotations=rest)
 
 
-def _row_stride(region: Any, first: BufferLoad) -> PrimExpr:
+def _row_stride(region: Any, first: ir.BufferLoad) -> PrimExpr:
     """The distance of the region's second row from its first, as two addresses (the printer folds
     it to the number the buffer's final, compacted layout gives)."""
     wide = [k for k, r in enumerate(region.region) if const_value(r.extent) != 1]
     if len(wide) < 2:
-        return IntImm(DataType("int", 32), 1)
+        return ir.IntImm(_I32, 1)
     return row_stride(first, wide[-2])
 
 
@@ -261,11 +215,11 @@ _CTYPES = {
     "uint64": "unsigned long long",
     "bool": "bool",
 }
-_BINOPS = {Add: "+", Sub: "-", Mul: "*", EQ: "==", NE: "!=", LT: "<", LE: "<=", GT: ">", GE: ">="}
+_COMPARISONS = {ir.EQ: "==", ir.NE: "!=", ir.LT: "<", ir.LE: "<=", ir.GT: ">", ir.GE: ">="}
 _MATH = {"exp", "log", "sqrt", "rsqrt", "tanh", "floor", "ceil", "fabs", "erf", "pow", "log1p", "expm1"}
 
 
-def _ctype(dtype: DataType) -> str:
+def _ctype(dtype: ir.DataType) -> str:
     t = _CTYPES.get(str(dtype))
     if t is None:
         raise CudaCodegenError(f"the CUDA generator has no C type for dtype {dtype}")
@@ -273,7 +227,10 @@ def _ctype(dtype: DataType) -> str:
 
 
 @dataclass
-class _Printer:
+class _Printer(ir.ExprFunctor[str], ir.StmtFunctor[None]):
+    """Prints a lowered kernel body: ``visit_<Class>`` returns an expression's C text, or appends a
+    statement's lines to :attr:`lines` indented by :attr:`depth`."""
+
     lines: list[str] = field(default_factory=list)
     names: dict[Any, str] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)
@@ -281,7 +238,8 @@ class _Printer:
     includes: set[str] = field(default_factory=lambda: {"cuda_fp16.h"})
     hardware: Hardware | None = None
     warp_units: bool = False
-    dom: dict[Var, Range] = field(default_factory=dict)  # every loop variable printed so far: its range
+    dom: dict[ir.Var, ir.Range] = field(default_factory=dict)  # every loop variable printed so far: its range
+    depth: int = 0  # the indentation of the statement being printed
 
     def name(self, key: Any, hint: str) -> str:
         if key not in self.names:
@@ -304,7 +262,7 @@ class _Printer:
             f"the program calls intrinsic {ref}, which hardware {self.hardware and self.hardware.name} does not offer"
         )
 
-    def vector_copy(self, s: BufferStore) -> str:
+    def vector_copy(self, s: ir.BufferStore) -> str:
         """A vector copy (``B[ramp] = A[ramp]``, as a vectorized cooperative fetch makes it): when both
         sides are contiguous and 32, 64 or 128 bits, one access each side
         (``*(uint4*)(&B[i]) = *(const uint4*)(&A[j]);``), else one statement an element."""
@@ -312,7 +270,7 @@ class _Printer:
         value = s.value
         bits = s.value.dtype.lanes * s.value.dtype.bits
         word = {32: "unsigned int", 64: "uint2", 128: "uint4"}.get(bits)
-        copy = isinstance(value, BufferLoad) and isinstance(value.indices[0], Ramp) and isinstance(idx, Ramp)
+        copy = isinstance(value, ir.BufferLoad) and isinstance(value.indices[0], ir.Ramp) and isinstance(idx, ir.Ramp)
         if copy and not (word and _unit_ramp(idx) and _unit_ramp(value.indices[0])):
             return " ".join(  # a strided copy: one element a statement
                 f"{self.buffer(s.buffer)}[{self.expr(simplify_expr(idx.base + idx.stride * k))}] = "
@@ -334,7 +292,7 @@ class _Printer:
     def positive(self, e: PrimExpr) -> bool:
         return e.dtype.code == "int" and const_int_bound(e, self.dom)[0] > 0
 
-    def fragment_declaration(self, b: Buffer, elements: int) -> str:
+    def fragment_declaration(self, b: ir.Buffer, elements: int) -> str:
         """``fragment<...> name[count];`` for a buffer of a fragment scope: the declaration of the
         first intrinsic operand in that scope and dtype, one fragment per operand-sized tile."""
         for iset in self.hardware.intrinsic_sets if self.hardware is not None else ():
@@ -349,73 +307,114 @@ class _Printer:
             f"{b.scope} fragment of {b.dtype} (buffer {b.name})"
         )
 
+    def buffer(self, b: ir.Buffer) -> str:
+        return self.name(b, b.name)
+
     # expressions ---------------------------------------------------------------------------
     def expr(self, e: PrimExpr) -> str:
-        if isinstance(e, IntImm):
-            if e.dtype.code == "bool" or str(e.dtype) == "bool":
-                return "true" if e.value else "false"
-            suffix = "LL" if e.dtype.bits == 64 else ""
-            return f"{e.value}{suffix}"
-        if isinstance(e, FloatImm):
-            v = repr(float(e.value))
-            if v in ("inf", "-inf", "nan"):
-                v = {"inf": "INFINITY", "-inf": "-INFINITY", "nan": "NAN"}[v]
-            if str(e.dtype) == "float32":
-                return f"{v}f" if "INF" not in v and "NAN" not in v else v
-            if str(e.dtype) == "float16":
-                return f"__float2half({v}f)"
-            return v
-        if isinstance(e, Var):
-            return self.name(e, e.name)
-        if isinstance(e, Sub) and _is_address(e.a) and _is_address(e.b):  # a row stride (units.py)
+        return self.visit_expr(e)
+
+    def unsupported_expr(self, e: PrimExpr) -> str:
+        raise CudaCodegenError(f"the CUDA generator cannot print {type(e).__name__}")
+
+    def visit_IntImm(self, e: ir.IntImm) -> str:
+        if e.dtype.code == "bool" or str(e.dtype) == "bool":
+            return "true" if e.value else "false"
+        suffix = "LL" if e.dtype.bits == 64 else ""
+        return f"{e.value}{suffix}"
+
+    def visit_FloatImm(self, e: ir.FloatImm) -> str:
+        v = repr(float(e.value))
+        if v in ("inf", "-inf", "nan"):
+            v = {"inf": "INFINITY", "-inf": "-INFINITY", "nan": "NAN"}[v]
+        if str(e.dtype) == "float32":
+            return f"{v}f" if "INF" not in v and "NAN" not in v else v
+        if str(e.dtype) == "float16":
+            return f"__float2half({v}f)"
+        return v
+
+    def visit_Var(self, e: ir.Var) -> str:
+        return self.name(e, e.name)
+
+    def _infix(self, e: Any, op: str) -> str:
+        return f"({self.expr(e.a)} {op} {self.expr(e.b)})"
+
+    def visit_Add(self, e: ir.Add) -> str:
+        return self._infix(e, "+")
+
+    def visit_Sub(self, e: ir.Sub) -> str:
+        if _is_address(e.a) and _is_address(e.b):  # a row stride (units.py)
             return self.expr(_stride_value(e))
-        if isinstance(e, Call) and e.op == "cuda.fragment":  # the fragment of a tile: frag[index]
+        return self._infix(e, "-")
+
+    def visit_Mul(self, e: ir.Mul) -> str:
+        return self._infix(e, "*")
+
+    def visit_CmpOp(self, e: ir.CmpOp) -> str:
+        return self._infix(e, _COMPARISONS[type(e)])
+
+    def visit_Div(self, e: ir.Div) -> str:
+        return self._infix(e, "/")
+
+    def visit_Mod(self, e: ir.Mod) -> str:
+        return self._infix(e, "%")
+
+    def visit_FloorDiv(self, e: ir.FloorDiv) -> str:
+        if self.non_negative(e.a) and self.positive(e.b):
+            return self._infix(e, "/")
+        if e.dtype.code == "float" or str(e.dtype).startswith("float"):
+            return f"floor({self.expr(e.a)} / {self.expr(e.b)})"
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"(({a}) / ({b}) - ((({a}) % ({b}) != 0) && ((({a}) < 0) != (({b}) < 0))))"
+
+    def visit_FloorMod(self, e: ir.FloorMod) -> str:
+        if self.non_negative(e.a) and self.positive(e.b):
+            return self._infix(e, "%")
+        a, b = self.expr(e.a), self.expr(e.b)
+        return f"(((({a}) % ({b})) + ({b})) % ({b}))"
+
+    def visit_Min(self, e: ir.Min) -> str:
+        return f"min({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def visit_Max(self, e: ir.Max) -> str:
+        return f"max({self.expr(e.a)}, {self.expr(e.b)})"
+
+    def visit_And(self, e: ir.And) -> str:
+        return self._infix(e, "&&")
+
+    def visit_Or(self, e: ir.Or) -> str:
+        return self._infix(e, "||")
+
+    def visit_Not(self, e: ir.Not) -> str:
+        return f"(!{self.expr(e.a)})"
+
+    def visit_Select(self, e: ir.Select) -> str:
+        return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
+
+    def visit_Cast(self, e: ir.Cast) -> str:
+        return f"(({_ctype(e.dtype)})({self.expr(e.value)}))"
+
+    def visit_BufferLoad(self, e: ir.BufferLoad) -> str:
+        (idx,) = e.indices
+        if isinstance(idx, ir.Ramp) or e.dtype.lanes != 1:
+            raise CudaCodegenError(f"vector load of {e.buffer.name} is not supported by the CUDA generator")
+        return f"{self.buffer(e.buffer)}[{self.expr(idx)}]"
+
+    def visit_Ramp(self, e: ir.Ramp | ir.Broadcast) -> str:
+        raise CudaCodegenError("vector expressions (Ramp/Broadcast) are not supported by the CUDA generator")
+
+    visit_Broadcast = visit_Ramp
+
+    def visit_Call(self, e: ir.Call) -> str:
+        if e.op == "cuda.fragment":  # the fragment of a tile: frag[index]
             address, stride, rows, cols = e.args
             (flat,) = address.args[0].indices
             s = _stride_value(stride)
             index = simplify_expr((flat // (rows * s)) * (s // cols) + (flat % s) // cols, self.dom)
             return f"{self.buffer(address.args[0].buffer)}[{self.expr(index)}]"
-        if isinstance(e, tuple(_BINOPS)):
-            return f"({self.expr(e.a)} {_BINOPS[type(e)]} {self.expr(e.b)})"
-        if isinstance(e, (Div, Mod)):
-            return f"({self.expr(e.a)} {'/' if isinstance(e, Div) else '%'} {self.expr(e.b)})"
-        if isinstance(e, (FloorDiv, FloorMod)) and self.non_negative(e.a) and self.positive(e.b):
-            return f"({self.expr(e.a)} {'/' if isinstance(e, FloorDiv) else '%'} {self.expr(e.b)})"
-        if isinstance(e, FloorDiv):
-            if e.dtype.code == "float" or str(e.dtype).startswith("float"):
-                return f"floor({self.expr(e.a)} / {self.expr(e.b)})"
-            a, b = self.expr(e.a), self.expr(e.b)
-            return f"(({a}) / ({b}) - ((({a}) % ({b}) != 0) && ((({a}) < 0) != (({b}) < 0))))"
-        if isinstance(e, FloorMod):
-            a, b = self.expr(e.a), self.expr(e.b)
-            return f"(((({a}) % ({b})) + ({b})) % ({b}))"
-        if isinstance(e, (Min, Max)):
-            return f"{'min' if isinstance(e, Min) else 'max'}({self.expr(e.a)}, {self.expr(e.b)})"
-        if isinstance(e, And):
-            return f"({self.expr(e.a)} && {self.expr(e.b)})"
-        if isinstance(e, Or):
-            return f"({self.expr(e.a)} || {self.expr(e.b)})"
-        if isinstance(e, Not):
-            return f"(!{self.expr(e.a)})"
-        if isinstance(e, Select):
-            return f"({self.expr(e.condition)} ? {self.expr(e.true_value)} : {self.expr(e.false_value)})"
-        if isinstance(e, Cast):
-            return f"(({_ctype(e.dtype)})({self.expr(e.value)}))"
-        if isinstance(e, BufferLoad):
-            (idx,) = e.indices
-            if isinstance(idx, Ramp) or e.dtype.lanes != 1:
-                raise CudaCodegenError(f"vector load of {e.buffer.name} is not supported by the CUDA generator")
-            return f"{self.buffer(e.buffer)}[{self.expr(idx)}]"
-        if isinstance(e, (Ramp, Broadcast)):
-            raise CudaCodegenError("vector expressions (Ramp/Broadcast) are not supported by the CUDA generator")
-        if isinstance(e, Call):
-            return self.call(e)
-        raise CudaCodegenError(f"the CUDA generator cannot print {type(e).__name__}")
-
-    def call(self, e: Call) -> str:
         if e.op == "address_of":
             (load,) = e.args
-            assert isinstance(load, BufferLoad)
+            assert isinstance(load, ir.BufferLoad)
             return f"(&{self.expr(load)})"
         if e.op == "if_then_else":
             c, a, b = e.args
@@ -428,146 +427,163 @@ class _Printer:
             return f"{fn}({', '.join(self.expr(a) for a in e.args)})"
         raise CudaCodegenError(f"the CUDA generator does not know the call {e.op!r}")
 
-    def buffer(self, b: Buffer) -> str:
-        return self.name(b, b.name)
-
     # statements ----------------------------------------------------------------------------
-    def emit(self, depth: int, text: str) -> None:
-        self.lines.append("  " * depth + text)
+    def emit(self, text: str, indent: int = 0) -> None:
+        self.lines.append("  " * (self.depth + indent) + text)
 
     def stmt(self, s: Stmt, depth: int) -> None:
-        if isinstance(s, SeqStmt):
-            written: set[Buffer] = set()
-            for x in s.stmts:
-                if written & _shared_accesses(x, reads=True):
-                    self.emit(depth, "__syncthreads();")
-                    written = set()
-                written |= _shared_accesses(x, reads=False)
-                self.stmt(x, depth)
-        elif isinstance(s, For):
-            v = self.name(s.loop_var, s.loop_var.name)
-            self.dom[s.loop_var] = Range(s.min, s.extent)
-            if s.kind == ForKind.THREAD_BINDING:
-                tag = s.thread_binding or ""
-                if not (tag.startswith("blockIdx.") or tag.startswith("threadIdx.")):
-                    raise CudaCodegenError(
-                        f"loop {s.loop_var.name}: thread binding {tag!r} is not supported (blockIdx.*/threadIdx.* only)"
-                    )
-                ext = const_value(s.extent)
-                if ext is None:
-                    raise CudaCodegenError(f"loop {s.loop_var.name} bound to {tag} needs a constant extent")
-                if self.launch.setdefault(tag, ext) != ext:
-                    raise CudaCodegenError(
-                        f"loop {s.loop_var.name}: {tag} is bound with extents {self.launch[tag]} and {ext}"
-                    )
-                self.emit(depth, "{")
-                self.emit(
-                    depth + 1,
-                    f"int {v} = {tag} + {self.expr(s.min)};" if const_value(s.min) != 0 else f"int {v} = {tag};",
-                )
-                self.stmt(s.body, depth + 1)
-                self.emit(depth, "}")
-                return
-            t = _ctype(s.loop_var.dtype)
-            if s.kind == ForKind.UNROLLED:
-                self.emit(depth, "#pragma unroll")
-            lo, ext = self.expr(s.min), self.expr(s.extent)
-            end = ext if const_value(s.min) == 0 else f"{lo} + {ext}"
-            self.emit(depth, f"for ({t} {v} = {lo}; {v} < {end}; ++{v}) {{")
-            if _shared_accesses(s.body, reads=True) & _shared_accesses(s.body, reads=False):
-                # an iteration must not overwrite shared memory that threads still read for the last one
-                self.emit(depth + 1, "__syncthreads();")
-            self.stmt(s.body, depth + 1)
-            self.emit(depth, "}")
-        elif isinstance(s, IfThenElse):
-            self.emit(depth, f"if ({self.expr(s.condition)}) {{")
-            self.stmt(s.then_case, depth + 1)
-            if s.else_case is not None:
-                self.emit(depth, "} else {")
-                self.stmt(s.else_case, depth + 1)
-            self.emit(depth, "}")
-        elif isinstance(s, BufferStore):
-            (idx,) = s.indices
-            if isinstance(idx, Ramp) or s.value.dtype.lanes != 1:
-                self.emit(depth, self.vector_copy(s))
-                return
-            self.emit(depth, f"{self.buffer(s.buffer)}[{self.expr(idx)}] = {self.expr(s.value)};")
-        elif isinstance(s, Allocate):
-            b = s.buffer
-            n = 1
-            for x in b.shape:
-                v = const_value(x)
-                if v is None:
-                    raise CudaCodegenError(f"allocation {b.name} needs a constant size")
-                n *= v
-            if b.scope not in MEMORY_SCOPES:
-                self.emit(depth, self.fragment_declaration(b, n))
-                self.stmt(s.body, depth)
-                return
-            prefix = {"shared": "__shared__ ", "local": ""}.get(b.scope)
-            if prefix is None:
-                raise CudaCodegenError(f"allocation {b.name} in scope {b.scope} is not supported (shared or local)")
-            align = "__align__(32) " if b.scope == "shared" else ""  # WMMA needs 256-bit aligned tiles
-            self.emit(depth, f"{prefix}{align}{_ctype(b.dtype)} {self.buffer(b)}[{n}];")
-            self.stmt(s.body, depth)
-        elif isinstance(s, Evaluate):
-            e = s.value
-            if isinstance(e, Call) and e.op == "cuda.verbatim":
-                (text,) = e.args
-                self.emit(depth, text.value)
-            elif isinstance(e, Call) and e.op == "cuda.template":
-                intr = self.intrinsic(e.args[0].value)
-                impl = intr.impl
-                assert isinstance(impl, CudaImpl)
-                self.includes.update(impl.includes)
-                values: dict[str, str] = {}
-                rest = list(e.args[1:])
-                for key, val in zip(rest[::2], rest[1::2], strict=True):
-                    values[key.value] = val.value if isinstance(val, StringImm) else self.expr(val)
-                self.emit(depth, impl.render(values))
-                self.warp_units = True
-            elif isinstance(e, Call) and e.op == "tvm_storage_sync":
-                self.emit(depth, "__syncthreads();")
-            else:
-                self.emit(depth, f"{self.expr(e)};")
-        elif isinstance(s, (Block, BlockRealize)):
-            raise CudaCodegenError(f"block {getattr(s, 'name', '')} survived lowering")
+        """Print ``s`` at indentation ``depth``."""
+        outer, self.depth = self.depth, depth
+        try:
+            self.visit_stmt(s)
+        finally:
+            self.depth = outer
+
+    def unsupported_stmt(self, s: Stmt) -> None:
+        raise CudaCodegenError(f"the CUDA generator cannot print {type(s).__name__}")
+
+    def visit_SeqStmt(self, s: ir.SeqStmt) -> None:
+        written: set[ir.Buffer] = set()
+        for x in s.stmts:
+            if written & _shared_accesses(x, reads=True):
+                self.emit("__syncthreads();")
+                written = set()
+            written |= _shared_accesses(x, reads=False)
+            self.visit_stmt(x)
+
+    def visit_For(self, s: ir.For) -> None:
+        v = self.name(s.loop_var, s.loop_var.name)
+        self.dom[s.loop_var] = ir.Range(s.min, s.extent)
+        if s.kind == ir.ForKind.THREAD_BINDING:
+            self._bound_loop(s, v)
+            return
+        t = _ctype(s.loop_var.dtype)
+        if s.kind == ir.ForKind.UNROLLED:
+            self.emit("#pragma unroll")
+        lo, ext = self.expr(s.min), self.expr(s.extent)
+        end = ext if const_value(s.min) == 0 else f"{lo} + {ext}"
+        self.emit(f"for ({t} {v} = {lo}; {v} < {end}; ++{v}) {{")
+        if _shared_accesses(s.body, reads=True) & _shared_accesses(s.body, reads=False):
+            # an iteration must not overwrite shared memory that threads still read for the last one
+            self.emit("__syncthreads();", 1)
+        self.stmt(s.body, self.depth + 1)
+        self.emit("}")
+
+    def _bound_loop(self, s: ir.For, v: str) -> None:
+        """A loop bound to ``blockIdx.*`` / ``threadIdx.*``: ``{ int v = tag; body }``."""
+        tag = s.thread_binding or ""
+        if not (tag.startswith("blockIdx.") or tag.startswith("threadIdx.")):
+            raise CudaCodegenError(
+                f"loop {s.loop_var.name}: thread binding {tag!r} is not supported (blockIdx.*/threadIdx.* only)"
+            )
+        ext = const_value(s.extent)
+        if ext is None:
+            raise CudaCodegenError(f"loop {s.loop_var.name} bound to {tag} needs a constant extent")
+        if self.launch.setdefault(tag, ext) != ext:
+            raise CudaCodegenError(f"loop {s.loop_var.name}: {tag} is bound with extents {self.launch[tag]} and {ext}")
+        self.emit("{")
+        self.emit(f"int {v} = {tag} + {self.expr(s.min)};" if const_value(s.min) != 0 else f"int {v} = {tag};", 1)
+        self.stmt(s.body, self.depth + 1)
+        self.emit("}")
+
+    def visit_IfThenElse(self, s: ir.IfThenElse) -> None:
+        self.emit(f"if ({self.expr(s.condition)}) {{")
+        self.stmt(s.then_case, self.depth + 1)
+        if s.else_case is not None:
+            self.emit("} else {")
+            self.stmt(s.else_case, self.depth + 1)
+        self.emit("}")
+
+    def visit_BufferStore(self, s: ir.BufferStore) -> None:
+        (idx,) = s.indices
+        if isinstance(idx, ir.Ramp) or s.value.dtype.lanes != 1:
+            self.emit(self.vector_copy(s))
+            return
+        self.emit(f"{self.buffer(s.buffer)}[{self.expr(idx)}] = {self.expr(s.value)};")
+
+    def visit_Allocate(self, s: ir.Allocate) -> None:
+        b = s.buffer
+        n = 1
+        for x in b.shape:
+            v = const_value(x)
+            if v is None:
+                raise CudaCodegenError(f"allocation {b.name} needs a constant size")
+            n *= v
+        if b.scope not in MEMORY_SCOPES:
+            self.emit(self.fragment_declaration(b, n))
+            self.visit_stmt(s.body)
+            return
+        prefix = {"shared": "__shared__ ", "local": ""}.get(b.scope)
+        if prefix is None:
+            raise CudaCodegenError(f"allocation {b.name} in scope {b.scope} is not supported (shared or local)")
+        align = "__align__(32) " if b.scope == "shared" else ""  # WMMA needs 256-bit aligned tiles
+        self.emit(f"{prefix}{align}{_ctype(b.dtype)} {self.buffer(b)}[{n}];")
+        self.visit_stmt(s.body)
+
+    def visit_Evaluate(self, s: ir.Evaluate) -> None:
+        e = s.value
+        op = e.op if isinstance(e, ir.Call) else None
+        if op == "cuda.verbatim":
+            (text,) = e.args
+            self.emit(text.value)
+        elif op == "cuda.template":
+            self._template(e)
+        elif op == "tvm_storage_sync":
+            self.emit("__syncthreads();")
         else:
-            raise CudaCodegenError(f"the CUDA generator cannot print {type(s).__name__}")
+            self.emit(f"{self.expr(e)};")
+
+    def _template(self, e: ir.Call) -> None:
+        """A unit statement: the intrinsic's code template filled with its operands."""
+        intr = self.intrinsic(e.args[0].value)
+        impl = intr.impl
+        assert isinstance(impl, CudaImpl)
+        self.includes.update(impl.includes)
+        values: dict[str, str] = {}
+        rest = list(e.args[1:])
+        for key, val in zip(rest[::2], rest[1::2], strict=True):
+            values[key.value] = val.value if isinstance(val, ir.StringImm) else self.expr(val)
+        self.emit(impl.render(values))
+        self.warp_units = True
+
+    def visit_Block(self, s: ir.Block | ir.BlockRealize) -> None:
+        raise CudaCodegenError(f"block {getattr(s, 'name', '')} survived lowering")
+
+    visit_BlockRealize = visit_Block
 
 
 def _unit_ramp(e: PrimExpr) -> bool:
-    return isinstance(e, Ramp) and const_value(e.stride) == 1
+    return isinstance(e, ir.Ramp) and const_value(e.stride) == 1
 
 
 def _stride_value(e: PrimExpr) -> PrimExpr:
-    if isinstance(e, Sub) and _is_address(e.a) and _is_address(e.b):
+    if isinstance(e, ir.Sub) and _is_address(e.a) and _is_address(e.b):
         (a,), (b,) = e.a.args[0].indices, e.b.args[0].indices
         return simplify_expr(a - b)
     return e
 
 
 def _is_address(e: PrimExpr) -> bool:
-    return isinstance(e, Call) and e.op == "address_of" and isinstance(e.args[0], BufferLoad)
+    return isinstance(e, ir.Call) and e.op == "address_of" and isinstance(e.args[0], ir.BufferLoad)
 
 
-def _shared_accesses(stmt: Stmt, reads: bool) -> set[Buffer]:
+def _shared_accesses(stmt: Stmt, reads: bool) -> set[ir.Buffer]:
     """The shared buffers ``stmt`` reads (or writes)."""
-    out: set[Buffer] = set()
+    out: set[ir.Buffer] = set()
 
     def visit(n: Any) -> None:
-        if reads and isinstance(n, BufferLoad) and n.buffer.scope == "shared":
+        if reads and isinstance(n, ir.BufferLoad) and n.buffer.scope == "shared":
             out.add(n.buffer)
-        if not reads and isinstance(n, BufferStore) and n.buffer.scope == "shared":
+        if not reads and isinstance(n, ir.BufferStore) and n.buffer.scope == "shared":
             out.add(n.buffer)
 
-    post_order_visit(stmt, visit)
+    ir.post_order_visit(stmt, visit)
     return out
 
 
 def _is_lowered(func: PrimFunc) -> bool:
     found: list[bool] = []
-    post_order_visit(func.body, lambda n: found.append(True) if isinstance(n, (Block, BlockRealize)) else None)
+    ir.post_order_visit(func.body, lambda n: found.append(True) if isinstance(n, (ir.Block, ir.BlockRealize)) else None)
     return not found
 
 

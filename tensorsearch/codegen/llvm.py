@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import cache
 from typing import Any
@@ -58,7 +58,7 @@ from ..ir.expr import (
     Sub,
     Var,
 )
-from ..ir.functor import children, post_order_visit
+from ..ir.functor import ExprFunctor, StmtFunctor, post_order_visit
 from ..ir.stmt import (
     Allocate,
     Block,
@@ -77,25 +77,18 @@ from ..ir.structural import structural_equal
 from ..target import Hardware, resolve
 from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intrinsics
 from . import fastmath, threadpool
+from .bf16 import BFloat16Emulation, call_type
+from .llvm_types import F32, I8, I32, I64, PTR, VOID, CodegenError, storage_type, value_type
+from .parallel import SERIAL_WORK as SERIAL_WORK
+from .parallel import ParallelLoops
+from .parallel import loop_work as loop_work  # re-exported with SERIAL_WORK: the search's features read them here
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)
-# a parallel loop: each thread's static block in this many chunks that idle threads may take
-# over (_run_share), with counters for up to this many threads
-STEAL_CHUNKS = 4
-MAX_STEAL_THREADS = 256
-# a parallel loop that stores fewer elements than this runs on the calling thread alone unless
-# the module's thread count was set: waking another thread costs more than the loop (loop_work)
-SERIAL_WORK = 1 << 16
-UNKNOWN_EXTENT = 1 << 10  # loop_work's guess for a loop whose extent is not a constant
 REDUCTION_FLAGS = ("reassoc", "nsz")  # on a reduction update's fadd or fmuladd (_reduction_update)
 # on its maxnum/minnum: without nnan, LLVM 22's loop vectorizer takes a newer path for NaN-aware
 # max reductions that aborts on some loops (a cost-model assertion, BERT's 128-column softmax)
 MINMAX_REDUCTION_FLAGS = ("nnan", "nsz")
-
-
-class CodegenError(ValueError):
-    """The program is not in the lowered form or uses something the code generator lacks."""
 
 
 # ---------------------------------------------------------------------------------------
@@ -126,87 +119,6 @@ def target_machine(target: Hardware, *, jit: bool = False, pic: bool = False) ->
         codemodel="jitdefault" if jit else "default",
         jit=jit,
     )
-
-
-# ---------------------------------------------------------------------------------------
-# types
-
-I1 = ir.IntType(1)
-I8 = ir.IntType(8)
-I16 = ir.IntType(16)
-I32 = ir.IntType(32)
-I64 = ir.IntType(64)
-F32 = ir.FloatType()
-PTR = ir.PointerType()
-VOID = ir.VoidType()
-
-
-class _BFloat(ir.Type):
-    """LLVM's ``bfloat``, which llvmlite 0.50's IR layer lacks; only its text is needed.
-
-    bfloat16 values live in float32 registers; this type appears only at the boundary of an LLVM
-    intrinsic declared with ``bfloat`` operands or results (``<16 x bfloat>``, as AVX512-BF16's
-    ``llvm.x86.avx512bf16.dpbf16ps.256`` is in LLVM 22), where the values are bitcast from and to
-    their ``<N x i16>`` bits (:meth:`_CodeGen.to_call`, :meth:`_CodeGen.from_call`).
-    """
-
-    def _to_string(self) -> str:
-        return "bfloat"
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _BFloat)
-
-    def __hash__(self) -> int:
-        return hash(_BFloat)
-
-
-BFLOAT = _BFloat()
-
-
-def scalar_type(dt: DataType) -> ir.Type:
-    """The register type of one lane (bfloat16 values live in float registers, already rounded)."""
-    if dt.code in ("int", "uint"):
-        return ir.IntType(dt.bits)
-    if dt.code == "bool":
-        return I1
-    if dt.code == "float":
-        return {16: ir.HalfType(), 32: F32, 64: ir.DoubleType()}[dt.bits]
-    if dt.code == "bfloat":
-        return F32
-    if dt.code == "handle":
-        return PTR
-    raise CodegenError(f"no LLVM type for {dt}")
-
-
-def value_type(dt: DataType) -> ir.Type:
-    s = scalar_type(dt.element_of())
-    return s if dt.lanes == 1 else ir.VectorType(s, dt.lanes)
-
-
-def call_type(dt: DataType) -> ir.Type:
-    """The type of a value passed to or returned by an LLVM intrinsic: ``value_type``, except that
-    bfloat16 is LLVM's ``bfloat`` there (``bfloat16x16`` -> ``<16 x bfloat>``, not float32 lanes)."""
-    if dt.code != "bfloat":
-        return value_type(dt)
-    return BFLOAT if dt.lanes == 1 else ir.VectorType(BFLOAT, dt.lanes)
-
-
-def bits_type(dt: DataType) -> ir.Type:
-    """The type a bit-pattern reinterpretation of ``dt`` goes through: ``value_type``, except that
-    bfloat16 lanes (float32 registers) are their 16 bits (``bfloat16x32`` -> ``<32 x i16>``)."""
-    if dt.code != "bfloat":
-        return value_type(dt)
-    return I16 if dt.lanes == 1 else ir.VectorType(I16, dt.lanes)
-
-
-def storage_type(dt: DataType) -> ir.Type:
-    """The in-memory type of one element (bool is a byte, bfloat16 its 16 bits)."""
-    dt = dt.element_of()
-    if dt.is_bool:
-        return I8
-    if dt.code == "bfloat":
-        return I16
-    return scalar_type(dt)
 
 
 def _contains(e: PrimExpr, pred: Any) -> bool:
@@ -314,7 +226,11 @@ class _Fn:
     steal_counters: ir.Value | None = None  # the parallel loops' chunk counters (_run_share)
 
 
-class _CodeGen:
+class _CodeGen(ExprFunctor[ir.Value], StmtFunctor[None], ParallelLoops, BFloat16Emulation):
+    """The LLVM IR of one lowered PrimFunc: ``visit_<Class>`` emits a statement or returns an
+    expression's value; parallel loops are outlined by :class:`~.parallel.ParallelLoops`, bfloat16
+    values converted by :class:`~.bf16.BFloat16Emulation`."""
+
     def __init__(self, func: PrimFunc, target: Hardware, name: str) -> None:
         self.func = func
         self.target = target
@@ -430,23 +346,23 @@ class _CodeGen:
 
     # statements ----------------------------------------------------------------------------
     def stmt(self, s: Stmt) -> None:
-        method = getattr(self, "s_" + type(s).__name__, None)
-        if method is None:
-            if isinstance(s, Block | BlockRealize):
-                raise CodegenError("the program still has blocks; lower it first (tensorsearch.lower.lower)")
-            raise CodegenError(f"code generation does not support {type(s).__name__} statements")
-        method(s)
+        (self._stmt_methods.get(type(s)) or self.stmt_method(type(s)))(self, s)
 
-    def s_SeqStmt(self, s: SeqStmt) -> None:
+    def unsupported_stmt(self, s: Stmt) -> None:
+        if isinstance(s, Block | BlockRealize):
+            raise CodegenError("the program still has blocks; lower it first (tensorsearch.lower.lower)")
+        raise CodegenError(f"code generation does not support {type(s).__name__} statements")
+
+    def visit_SeqStmt(self, s: SeqStmt) -> None:
         for x in s.stmts:
             self.stmt(x)
 
-    def s_Evaluate(self, s: Evaluate) -> None:
+    def visit_Evaluate(self, s: Evaluate) -> None:
         if isinstance(s.value, IntImm | FloatImm | Var):
             return
         self.expr(s.value, statement=True)
 
-    def s_IfThenElse(self, s: IfThenElse) -> None:
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
         cond = self.scalar_cond(s.condition)
         then_bb = self.new_block("then")
         end_bb = self.new_block("endif")
@@ -466,7 +382,7 @@ class _CodeGen:
             raise CodegenError(f"a condition must be a scalar bool, got {e.dtype} ({e})")
         return self.expr(e)
 
-    def s_For(self, s: For) -> None:
+    def visit_For(self, s: For) -> None:
         if s.kind == ForKind.THREAD_BINDING:
             raise CodegenError(f"loop {s.loop_var.name} is bound to {s.thread_binding}; CPU code cannot bind threads")
         if s.kind == ForKind.PARALLEL and not self.fn.in_parallel:
@@ -504,156 +420,7 @@ class _CodeGen:
             self.loop_ids += 1
         self.b.position_at_end(exit_bb)
 
-    def parallel_for(self, s: For) -> None:
-        """Outline the loop into ``void f(closure*, i32 task, i32 tasks)``, run by the thread pool
-        (:mod:`.threadpool`) as a task per thread, or on the caller alone when the loop is small."""
-        self.uses_parallel = True
-        captured_vars: list[Var] = []
-        captured_bufs: list[Buffer] = []
-        seen: set[int] = set()
-
-        def visit(n: Any) -> None:
-            if id(n) in seen:
-                return
-            if isinstance(n, Var) and n in self.fn.vars:
-                seen.add(id(n))
-                captured_vars.append(n)
-            elif isinstance(n, BufferLoad | BufferStore) and n.buffer in self.fn.bufs and id(n.buffer) not in seen:
-                seen.add(id(n.buffer))
-                captured_bufs.append(n.buffer)
-
-        post_order_visit(s, visit)
-        values = [self.fn.vars[v] for v in captured_vars] + [self.fn.bufs[b] for b in captured_bufs]
-        lo = self.expr(s.min)
-        ext = self.expr(s.extent)
-        values += [lo, ext]
-        struct_t = ir.LiteralStructType([v.type for v in values] + [PTR])  # + the steal counters
-        closure = self.entry_alloca(struct_t, "closure")
-        for k, v in enumerate(values):
-            self.b.store(v, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, k)], source_etype=struct_t))
-
-        outer = self.fn
-        name = f"{self.name}_parallel_{self.parallel_ids}"
-        self.parallel_ids += 1
-        nv = len(captured_vars)
-        it = lo.type
-        # the loop over one thread's range, with noalias buffer pointers (as the kernel's own)
-        body_types = [v.type for v in values[:-2]] + [it, it]
-        body_fn = ir.Function(self.module, ir.FunctionType(VOID, body_types), name + "_body")
-        body_fn.linkage = "internal"
-        body_fn.attributes.add("nounwind")
-        self._begin(body_fn, {}, {}, True)
-        for k, var in enumerate(captured_vars):
-            self.fn.vars[var] = body_fn.args[k]
-        for k, buf in enumerate(captured_bufs):
-            body_fn.args[nv + k].add_attribute("noalias")
-            self.fn.bufs[buf] = body_fn.args[nv + k]
-        self.loop(s.loop_var, body_fn.args[-2], body_fn.args[-1], s.body)
-        self.b.ret_void()
-        self._finish()
-        # the pool's task t of n: unpack the closure, run its share of the range
-        outlined = ir.Function(self.module, ir.FunctionType(VOID, [PTR, I32, I32]), name)
-        outlined.linkage = "internal"
-        outlined.attributes.add("nounwind")
-        self._begin(outlined, {}, {}, True)
-        b = self.b
-        loaded = [
-            b.load(
-                b.gep(outlined.args[0], [ir.Constant(I32, 0), ir.Constant(I32, k)], source_etype=struct_t), typ=v.type
-            )
-            for k, v in enumerate(values)
-        ]
-        steal_at = b.gep(outlined.args[0], [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
-        p_lo, p_ext = loaded[-2], loaded[-1]
-        self._run_share(lambda start, stop: b.call(body_fn, [*loaded[:-2], b.add(p_lo, start), b.add(p_lo, stop)]),
-                        p_ext, b.load(steal_at, typ=PTR), outlined.args[1], outlined.args[2])  # fmt: skip
-        b.ret_void()
-        self._finish()
-        self.fn = outer
-        counters = self.fn.steal_counters
-        if counters is None:  # one set per kernel: its parallel loops run one after another
-            counters = self.fn.steal_counters = self.entry_alloca(I64, "steal", align=64, count=MAX_STEAL_THREADS)
-        memset = self.declare("llvm.memset.p0.i64", VOID, [PTR, I8, I64, I1])
-        self.b.call(
-            memset,
-            [counters, ir.Constant(I8, 0), ir.Constant(I64, 8 * MAX_STEAL_THREADS), ir.Constant(I1, 0)],
-        )
-        self.b.store(
-            counters, self.b.gep(closure, [ir.Constant(I32, 0), ir.Constant(I32, len(values))], source_etype=struct_t)
-        )
-        launch = self.declare(threadpool.LAUNCH_SYMBOL, VOID, [PTR, PTR, I32])
-        tasks = self.b.load(self.num_threads, typ=I32)
-        if loop_work(s) < SERIAL_WORK:  # the caller alone, unless a thread count was set
-            tasks = self.b.select(self.b.icmp_signed("==", tasks, ir.Constant(I32, 0)), ir.Constant(I32, 1), tasks)
-        self.b.call(launch, [outlined, closure, tasks])
-
-    def _run_share(
-        self,
-        run: Callable[[ir.Value, ir.Value], Any],
-        ext: ir.Value,
-        counters: ir.Value,
-        task: ir.Value,
-        tasks: ir.Value,
-    ) -> None:
-        """Task ``task`` of ``tasks`` of a parallel loop of ``ext`` iterations: ``run(start, stop)``
-        for each chunk it takes.
-
-        Task ``t`` of ``n`` owns the static block ``[t * ceil(ext / n), ...)``, cut into
-        ``STEAL_CHUNKS`` chunks that it runs in order, taking each from its counter (an atomic
-        increment); then it takes what is left of the other tasks' blocks from theirs. On a
-        quiet machine every thread runs its own block, as a static schedule does; when a thread
-        runs late (descheduled, or its core shared), the others finish its block, and the task
-        it starts late finds nothing left. More tasks than ``MAX_STEAL_THREADS``: the static
-        blocks alone."""
-        b = self.b
-        it = ext.type
-        tid = self._int_resize(task, it, True)
-        nth = self._int_resize(tasks, it, True)
-        block = b.sdiv(b.sub(b.add(ext, nth), ir.Constant(it, 1)), nth)
-
-        def block_of(owner: ir.Value) -> tuple[ir.Value, ir.Value]:  # [owner * block, min(+ block, ext))
-            start = b.mul(owner, block)
-            stop = b.add(start, block)
-            return start, b.select(b.icmp_signed("<", stop, ext), stop, ext)
-
-        fn = self.fn.func
-        victims = fn.append_basic_block("steal.victim")
-        take = fn.append_basic_block("steal.take")
-        chunk_bb = fn.append_basic_block("steal.chunk")
-        next_victim = fn.append_basic_block("steal.next")
-        static = fn.append_basic_block("steal.static")
-        done = fn.append_basic_block("steal.done")
-        entry = b.block
-        b.cbranch(b.icmp_signed("<=", nth, ir.Constant(it, MAX_STEAL_THREADS)), victims, static)
-        # for u in 0..nth-1: victim (tid + u) % nth
-        b.position_at_end(victims)
-        u = b.phi(it, "u")
-        u.add_incoming(ir.Constant(it, 0), entry)
-        victim = b.srem(b.add(tid, u), nth)
-        start, stop = block_of(victim)
-        length = b.sub(stop, start)
-        sub = b.sdiv(b.add(length, ir.Constant(it, STEAL_CHUNKS - 1)), ir.Constant(it, STEAL_CHUNKS))
-        counter = b.gep(counters, [self._int_resize(victim, I64, True)], source_etype=I64)
-        b.branch(take)
-        b.position_at_end(take)
-        c = self._int_resize(b.atomic_rmw("add", counter, ir.Constant(I64, 1), "monotonic"), it, True)
-        lo = b.add(start, b.mul(c, sub))
-        b.cbranch(b.and_(b.icmp_signed("<", c, ir.Constant(it, STEAL_CHUNKS)), b.icmp_signed("<", lo, stop)),
-                  chunk_bb, next_victim)  # fmt: skip
-        b.position_at_end(chunk_bb)
-        hi = b.add(lo, sub)
-        run(lo, b.select(b.icmp_signed("<", hi, stop), hi, stop))
-        b.branch(take)
-        b.position_at_end(next_victim)
-        u_next = b.add(u, ir.Constant(it, 1))
-        u.add_incoming(u_next, next_victim)
-        b.cbranch(b.icmp_signed("<", u_next, nth), victims, done)
-        b.position_at_end(static)
-        run(*block_of(tid))
-        b.branch(done)
-        b.position_at_end(done)
-
-    def s_Allocate(self, s: Allocate) -> None:
+    def visit_Allocate(self, s: Allocate) -> None:
         buf = s.buffer
         st = storage_type(buf.dtype)
         size: PrimExpr | None = None
@@ -682,7 +449,7 @@ class _CodeGen:
         else:
             self.fn.bufs[buf] = saved
 
-    def s_BufferStore(self, s: BufferStore) -> None:
+    def visit_BufferStore(self, s: BufferStore) -> None:
         ptr, st = self.buffer_ptr(s.buffer)
         if len(s.indices) != 1:
             raise CodegenError(f"store to {s.buffer.name} has {len(s.indices)} indices; lower (flatten) it first")
@@ -732,82 +499,22 @@ class _CodeGen:
         if dt.is_bool:
             return self.b.icmp_unsigned("!=", v, ir.Constant(v.type, None))
         if dt.code == "bfloat":
-            vec = isinstance(v.type, ir.VectorType)
-            i32 = ir.VectorType(I32, v.type.count) if vec else I32
-            f32 = ir.VectorType(F32, v.type.count) if vec else F32
-            wide = self.b.shl(self.b.zext(v, i32), self._splat_like(ir.Constant(I32, 16), i32))
-            return self.b.bitcast(wide, f32)
+            return self.bf16_from_bits(v)
         return v
-
-    def _splat_like(self, c: ir.Constant, t: ir.Type) -> ir.Value:
-        if isinstance(t, ir.VectorType):
-            return ir.Constant(t, [c.constant] * t.count)
-        return c
-
-    def bf16_bits(self, v: ir.Value) -> ir.Value:
-        """Round float32 values to bfloat16 (nearest even, NaN kept quiet) and return the 16 bits."""
-        b = self.b
-        vec = isinstance(v.type, ir.VectorType)
-        i32 = ir.VectorType(I32, v.type.count) if vec else I32
-        i16 = ir.VectorType(I16, v.type.count) if vec else I16
-
-        def c(x: int) -> ir.Value:
-            return self._splat_like(ir.Constant(I32, x), i32)
-
-        bits = b.bitcast(v, i32)
-        lsb = b.and_(b.lshr(bits, c(16)), c(1))
-        rounded = b.lshr(b.add(bits, b.add(lsb, c(0x7FFF))), c(16))
-        nan = b.or_(b.lshr(bits, c(16)), c(0x40))
-        isnan = b.fcmp_unordered("uno", v, v)
-        return b.trunc(b.select(isnan, nan, rounded), i16)
-
-    def bf16_register_bits(self, v: ir.Value) -> ir.Value:
-        """The 16 bits of bfloat16 values held in float32 registers (already rounded, so the low
-        half is zero): bitcast to i32, shift right 16, truncate to i16. Exact, no rounding."""
-        vec = isinstance(v.type, ir.VectorType)
-        i32 = ir.VectorType(I32, v.type.count) if vec else I32
-        i16 = ir.VectorType(I16, v.type.count) if vec else I16
-        high = self.b.lshr(self.b.bitcast(v, i32), self._splat_like(ir.Constant(I32, 16), i32))
-        return self.b.trunc(high, i16)
-
-    def reinterpret(self, v: ir.Value, src: DataType, dst: DataType) -> ir.Value:
-        """``reinterpret`` by bit pattern from ``src`` to ``dst`` (the same total bits): a bitcast
-        of :func:`bits_type` values, so a bfloat16 side goes through its 16-bit lanes
-        (``bfloat16x2 -> int32``: f32 lanes -> ``<2 x i16>`` -> ``i32``; back: zext, shl 16)."""
-        if src.bits * src.lanes != dst.bits * dst.lanes:
-            raise CodegenError(f"reinterpret from {src} to {dst} changes the number of bits")
-        bits = self.bf16_register_bits(v) if src.code == "bfloat" else v
-        out = self.b.bitcast(bits, bits_type(dst))
-        return self.from_storage(out, dst) if dst.code == "bfloat" else out
-
-    def to_call(self, v: ir.Value, dt: DataType) -> ir.Value:
-        """A value as an LLVM intrinsic takes it: bfloat16 float32 lanes -> their bits -> ``bfloat``."""
-        if dt.code != "bfloat":
-            return v
-        return self.b.bitcast(self.bf16_register_bits(v), call_type(dt))
-
-    def from_call(self, v: ir.Value, dt: DataType) -> ir.Value:
-        """An LLVM intrinsic's result as a register value: ``bfloat`` -> its bits -> float32 lanes."""
-        if dt.code != "bfloat":
-            return v
-        return self.from_storage(self.b.bitcast(v, bits_type(dt)), dt)
-
-    def round_bf16(self, v: ir.Value) -> ir.Value:
-        return self.from_storage(self.bf16_bits(v), DataType("bfloat", 16))
 
     # expressions ---------------------------------------------------------------------------
     def expr(self, e: PrimExpr, statement: bool = False) -> ir.Value:
-        method = getattr(self, "e_" + type(e).__name__, None)
-        if method is None:
-            raise CodegenError(f"code generation does not support {type(e).__name__} expressions ({e})")
         if statement and isinstance(e, Call):
-            return self.e_Call(e, statement=True)
-        return method(e)
+            return self.visit_Call(e, statement=True)
+        return (self._expr_methods.get(type(e)) or self.expr_method(type(e)))(self, e)
 
-    def e_IntImm(self, e: IntImm) -> ir.Value:
+    def unsupported_expr(self, e: PrimExpr) -> ir.Value:
+        raise CodegenError(f"code generation does not support {type(e).__name__} expressions ({e})")
+
+    def visit_IntImm(self, e: IntImm) -> ir.Value:
         return ir.Constant(value_type(e.dtype), e.value)
 
-    def e_FloatImm(self, e: FloatImm) -> ir.Value:
+    def visit_FloatImm(self, e: FloatImm) -> ir.Value:
         v = e.value
         if e.dtype.code == "bfloat":
             import ml_dtypes
@@ -816,10 +523,10 @@ class _CodeGen:
             v = float(np.float32(ml_dtypes.bfloat16(v)))
         return ir.Constant(value_type(e.dtype), v)
 
-    def e_StringImm(self, e: StringImm) -> ir.Value:
+    def visit_StringImm(self, e: StringImm) -> ir.Value:
         raise CodegenError(f"a string constant {e.value!r} cannot be compiled")
 
-    def e_Var(self, e: Var) -> ir.Value:
+    def visit_Var(self, e: Var) -> ir.Value:
         v = self.fn.vars.get(e)
         if v is None:
             raise CodegenError(f"variable {e.name} is used outside of its definition")
@@ -854,15 +561,15 @@ class _CodeGen:
             return None
         return self.call_intrinsic("llvm.fmuladd", [x, y, c], REDUCTION_FLAGS if e is self.reduction else ())
 
-    def e_Add(self, e: Add) -> ir.Value:
+    def visit_Add(self, e: Add) -> ir.Value:
         r = self._fmuladd(e)
         return r if r is not None else self._arith(e, "add", "fadd")
 
-    def e_Sub(self, e: Sub) -> ir.Value:
+    def visit_Sub(self, e: Sub) -> ir.Value:
         r = self._fmuladd(e)
         return r if r is not None else self._arith(e, "sub", "fsub")
 
-    def e_Mul(self, e: Mul) -> ir.Value:
+    def visit_Mul(self, e: Mul) -> ir.Value:
         return self._arith(e, "mul", "fmul")
 
     def _safe_divisor(self, e: Any, a: ir.Value, b: ir.Value) -> tuple[ir.Value, ir.Value | None]:
@@ -927,16 +634,16 @@ class _CodeGen:
         )
         return b_.select(adjust, b_.add(r, b), r)
 
-    def e_Div(self, e: Div) -> ir.Value:
+    def visit_Div(self, e: Div) -> ir.Value:
         return self._int_div(e, "div")
 
-    def e_Mod(self, e: Mod) -> ir.Value:
+    def visit_Mod(self, e: Mod) -> ir.Value:
         return self._int_div(e, "mod")
 
-    def e_FloorDiv(self, e: FloorDiv) -> ir.Value:
+    def visit_FloorDiv(self, e: FloorDiv) -> ir.Value:
         return self._int_div(e, "floordiv")
 
-    def e_FloorMod(self, e: FloorMod) -> ir.Value:
+    def visit_FloorMod(self, e: FloorMod) -> ir.Value:
         return self._int_div(e, "floormod")
 
     def _minmax(self, e: Any, op: str) -> ir.Value:
@@ -953,10 +660,10 @@ class _CodeGen:
             take_b = self.b.icmp_signed(op, b, a)
         return self.b.select(take_b, b, a)
 
-    def e_Min(self, e: Min) -> ir.Value:
+    def visit_Min(self, e: Min) -> ir.Value:
         return self._minmax(e, "<")
 
-    def e_Max(self, e: Max) -> ir.Value:
+    def visit_Max(self, e: Max) -> ir.Value:
         return self._minmax(e, ">")
 
     def _cmp(self, e: Any, op: str) -> ir.Value:
@@ -970,38 +677,38 @@ class _CodeGen:
             return self.b.icmp_unsigned(op, a, b)
         return self.b.icmp_signed(op, a, b)
 
-    def e_EQ(self, e: EQ) -> ir.Value:
+    def visit_EQ(self, e: EQ) -> ir.Value:
         return self._cmp(e, "==")
 
-    def e_NE(self, e: NE) -> ir.Value:
+    def visit_NE(self, e: NE) -> ir.Value:
         return self._cmp(e, "!=")
 
-    def e_LT(self, e: LT) -> ir.Value:
+    def visit_LT(self, e: LT) -> ir.Value:
         return self._cmp(e, "<")
 
-    def e_LE(self, e: LE) -> ir.Value:
+    def visit_LE(self, e: LE) -> ir.Value:
         return self._cmp(e, "<=")
 
-    def e_GT(self, e: GT) -> ir.Value:
+    def visit_GT(self, e: GT) -> ir.Value:
         return self._cmp(e, ">")
 
-    def e_GE(self, e: GE) -> ir.Value:
+    def visit_GE(self, e: GE) -> ir.Value:
         return self._cmp(e, ">=")
 
-    def e_And(self, e: And) -> ir.Value:
+    def visit_And(self, e: And) -> ir.Value:
         if e.dtype.lanes == 1 and _contains(e.b, _unsafe):
             return self.lazy(self.expr(e.a), e.b, IntImm(e.dtype, 0), e.dtype)
         return self.b.and_(self.expr(e.a), self.expr(e.b))
 
-    def e_Or(self, e: Or) -> ir.Value:
+    def visit_Or(self, e: Or) -> ir.Value:
         if e.dtype.lanes == 1 and _contains(e.b, _unsafe):
             return self.lazy(self.expr(e.a), IntImm(e.dtype, 1), e.b, e.dtype)
         return self.b.or_(self.expr(e.a), self.expr(e.b))
 
-    def e_Not(self, e: Not) -> ir.Value:
+    def visit_Not(self, e: Not) -> ir.Value:
         return self.b.not_(self.expr(e.a))
 
-    def e_Select(self, e: Select) -> ir.Value:
+    def visit_Select(self, e: Select) -> ir.Value:
         return self.select(e.condition, e.true_value, e.false_value, e.dtype)
 
     def select(self, cond: PrimExpr, t: PrimExpr, f: PrimExpr, dt: DataType) -> ir.Value:
@@ -1090,7 +797,7 @@ class _CodeGen:
             return self.b.sext(v, t) if signed else self.b.zext(v, t)
         return v
 
-    def e_Cast(self, e: Cast) -> ir.Value:
+    def visit_Cast(self, e: Cast) -> ir.Value:
         src, dst = e.value.dtype, e.dtype
         v = self.expr(e.value)
         if src == dst:
@@ -1136,10 +843,10 @@ class _CodeGen:
             r = v
         return self.round_bf16(r) if dst.code == "bfloat" else r
 
-    def e_Broadcast(self, e: Broadcast) -> ir.Value:
+    def visit_Broadcast(self, e: Broadcast) -> ir.Value:
         return self.splat(self.expr(e.value), e.lanes)
 
-    def e_Ramp(self, e: Ramp) -> ir.Value:
+    def visit_Ramp(self, e: Ramp) -> ir.Value:
         base = self.splat(self.expr(e.base), e.lanes)
         vt = ir.VectorType(value_type(e.base.dtype), e.lanes)
         if isinstance(e.stride, IntImm | FloatImm):
@@ -1153,7 +860,7 @@ class _CodeGen:
         r = self.b.fadd(base, offs)
         return self.round_bf16(r) if e.base.dtype.code == "bfloat" else r  # registers hold bfloat16 values
 
-    def e_BufferLoad(self, e: BufferLoad) -> ir.Value:
+    def visit_BufferLoad(self, e: BufferLoad) -> ir.Value:
         if len(e.indices) != 1:
             raise CodegenError(f"load of {e.buffer.name} has {len(e.indices)} indices; lower (flatten) it first")
         ptr, st = self.buffer_ptr(e.buffer)
@@ -1216,7 +923,7 @@ class _CodeGen:
         fn = self.declare(f"{name}.{_type_suffix(t)}", t, [a.type for a in args])
         return self.b.call(fn, args, fastmath=fastmath)
 
-    def e_Call(self, e: Call, statement: bool = False) -> ir.Value:
+    def visit_Call(self, e: Call, statement: bool = False) -> ir.Value:
         op = e.op[4:] if e.op.startswith("tir.") else e.op
         dt = e.dtype
         if op == "if_then_else":
@@ -1308,21 +1015,6 @@ class _CodeGen:
         if op in ("floor", "ceil", "round", "nearbyint", "trunc") and len(args) == 1:
             return args[0]
         raise CodegenError(f"unsupported integer call {op}")
-
-
-def loop_work(s: Stmt) -> int:
-    """The elements ``s`` stores (and intrinsic calls it makes), loops multiplied out, as a
-    measure of its size: ``for i in 0..64: for j in 0..32: A[..] = x`` (x of 16 lanes) is 32768."""
-    if isinstance(s, For):
-        ext = s.extent.value if isinstance(s.extent, IntImm) else UNKNOWN_EXTENT
-        return ext * loop_work(s.body)
-    if isinstance(s, BufferStore | Evaluate):
-        return s.value.dtype.lanes
-    if isinstance(s, SeqStmt):
-        return sum(loop_work(x) for x in s.stmts)
-    if isinstance(s, IfThenElse):
-        return max(loop_work(s.then_case), 0 if s.else_case is None else loop_work(s.else_case))
-    return sum(loop_work(c) for c in children(s) if isinstance(c, Stmt))
 
 
 def _reduction_update(s: BufferStore) -> Add | Max | Min | None:

@@ -49,7 +49,18 @@ from .expr import (
     min_,
     not_equal,
 )
-from .functor import Mutator, StmtMutator, Visitor, children, free_vars, map_children, post_order_visit, substitute
+from .functor import (
+    ExprFunctor,
+    Mutator,
+    StmtFunctor,
+    StmtMutator,
+    Visitor,
+    children,
+    free_vars,
+    map_children,
+    post_order_visit,
+    substitute,
+)
 from .stmt import (
     FALSE,
     THREAD_TAGS,

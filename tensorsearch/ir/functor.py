@@ -11,6 +11,13 @@ below dispatch on the node's class name::
 
 Buffers and variables are leaves: ``generic_visit`` does not descend into a Buffer's shape.
 A Mutator that wants to replace buffers defines ``visit_Buffer``.
+
+A code generator or evaluator that returns a value per node is an :class:`ExprFunctor` and/or a
+:class:`StmtFunctor` with the type it returns::
+
+    class Printer(ExprFunctor[str]):
+        def visit_Add(self, e: Add) -> str:
+            return f"({self.visit_expr(e.a)} + {self.visit_expr(e.b)})"
 """
 
 from __future__ import annotations
@@ -18,10 +25,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import fields
 from functools import cache
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from .expr import FloatImm, IntImm, Node, PrimExpr, Var
 from .stmt import Buffer, Stmt
+
+T = TypeVar("T")
 
 _LEAVES = (Var, Buffer)
 
@@ -174,10 +183,13 @@ def substitute(node: Node, mapping: dict[Var, PrimExpr] | Callable[[Var], PrimEx
     if isinstance(mapping, dict) and not mapping:
         return node
 
-    return _Substitute(lookup).visit(node)
+    return Substituter(lookup).visit(node)
 
 
-class _Substitute(Mutator):
+class Substituter(Mutator):
+    """The Mutator behind :func:`substitute`: every variable ``lookup`` maps is replaced; a
+    subclass may keep some variables where they are defined (loop or block bindings)."""
+
     def __init__(self, lookup: Callable[[Var], PrimExpr | None]) -> None:
         self.lookup = lookup
 
@@ -226,3 +238,79 @@ class _CollectFreeVars(Visitor):
     def visit_Var(self, var: Var) -> None:
         if var not in self.defined:
             self.seen.setdefault(var, None)
+
+
+# ---------------------------------------------------------------------------------------
+# typed functors
+
+
+def _find_method(functor_cls: type, node_cls: type, fallback: str) -> Callable[..., Any]:
+    """The ``visit_<Class>`` function of ``functor_cls`` for the node's class or its nearest IR
+    base class, else the functor's ``fallback`` method."""
+    for cls in node_cls.__mro__:
+        if cls is Node or cls is object:
+            break
+        fn = getattr(functor_cls, "visit_" + cls.__name__, None)
+        if fn is not None:
+            return fn
+    return getattr(functor_cls, fallback)
+
+
+class ExprFunctor(Generic[T]):
+    """Maps an expression to a ``T`` by the ``visit_<Class>`` method for its class (or its nearest
+    IR base class: ``visit_BinaryOp`` catches every binary arithmetic node). The method for each
+    node class is looked up once per functor class and kept in that class's table; an expression
+    with no method goes to :meth:`unsupported_expr`."""
+
+    _expr_methods: dict[type, Callable[..., Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._expr_methods = {}
+
+    def visit_expr(self, e: PrimExpr) -> T:
+        return (self._expr_methods.get(type(e)) or self.expr_method(type(e)))(self, e)
+
+    @classmethod
+    def expr_method(cls, node_cls: type) -> Callable[..., T]:
+        """The function (taking the functor and the node) this functor class runs for an
+        expression of ``node_cls``; a caller that wraps every visit calls it directly, one
+        Python frame less per level of a deep expression."""
+        fn = cls._expr_methods.get(node_cls)
+        if fn is None:
+            fn = cls._expr_methods[node_cls] = _find_method(cls, node_cls, "unsupported_expr")
+        return fn
+
+    def unsupported_expr(self, e: PrimExpr) -> T:
+        raise TypeError(
+            f"{type(self).__name__} has no visit_{type(e).__name__}: {type(e).__name__} expressions are not supported"
+        )
+
+
+class StmtFunctor(Generic[T]):
+    """Maps a statement to a ``T`` by the ``visit_<Class>`` method for its class (or its nearest
+    IR base class), looked up once per functor class and node class; a statement with no method
+    goes to :meth:`unsupported_stmt`."""
+
+    _stmt_methods: dict[type, Callable[..., Any]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._stmt_methods = {}
+
+    def visit_stmt(self, s: Stmt) -> T:
+        return (self._stmt_methods.get(type(s)) or self.stmt_method(type(s)))(self, s)
+
+    @classmethod
+    def stmt_method(cls, node_cls: type) -> Callable[..., T]:
+        """The function (taking the functor and the node) this functor class runs for a statement
+        of ``node_cls``, looked up once."""
+        fn = cls._stmt_methods.get(node_cls)
+        if fn is None:
+            fn = cls._stmt_methods[node_cls] = _find_method(cls, node_cls, "unsupported_stmt")
+        return fn
+
+    def unsupported_stmt(self, s: Stmt) -> T:
+        raise TypeError(
+            f"{type(self).__name__} has no visit_{type(s).__name__}: {type(s).__name__} statements are not supported"
+        )

@@ -26,10 +26,12 @@ from .expr import (
     NE,
     Add,
     And,
+    BinaryOp,
     Broadcast,
     BufferLoad,
     Call,
     Cast,
+    CmpOp,
     Div,
     FloatImm,
     FloorDiv,
@@ -50,6 +52,7 @@ from .expr import (
     Sub,
     Var,
 )
+from .functor import ExprFunctor, StmtFunctor
 from .stmt import (
     TRUE,
     Allocate,
@@ -162,7 +165,7 @@ def _plain_root(body: Stmt) -> Block | None:
     return b if needs_implicit_root(b.body, bool(b.alloc_buffers or b.annotations)) else None
 
 
-class _Printer:
+class _Printer(ExprFunctor[tuple[str, int]], StmtFunctor[None]):
     """One printing pass. ``mode`` is "ssa" (names scoped like Python), "flat" (one namespace for
     the whole function, used when a variable or buffer is defined twice or used outside its
     scope) or "lenient" (for ``str(node)``: undefined objects are named on first use)."""
@@ -233,42 +236,66 @@ class _Printer:
         return f"T.{name}({', '.join(args)})", _ATOM
 
     def _expr(self, e: PrimExpr) -> tuple[str, int]:
+        return (self._expr_methods.get(type(e)) or self.expr_method(type(e)))(self, e)
+
+    def visit_Var(self, e: Var) -> tuple[str, int]:
+        if type(e) is not Var:  # a Var subclass (te's ReduceAxis) is no script variable
+            return self.unsupported_expr(e)
+        return self.use(e), _ATOM
+
+    def visit_IntImm(self, e: IntImm) -> tuple[str, int]:
+        return _int(e.dtype, e.value), _UNARY if e.value < 0 and e.dtype == int32 else _ATOM
+
+    def visit_FloatImm(self, e: FloatImm) -> tuple[str, int]:
+        return self._call(str(e.dtype), _float(e.value))
+
+    def visit_StringImm(self, e: StringImm) -> tuple[str, int]:
+        return _str(e.value), _ATOM
+
+    def visit_BinaryOp(self, e: BinaryOp) -> tuple[str, int]:
         t = type(e)
-        if t is Var:
-            return self.use(e), _ATOM
-        if t is IntImm:
-            return _int(e.dtype, e.value), _UNARY if e.value < 0 and e.dtype == int32 else _ATOM
-        if t is FloatImm:
-            return self._call(str(e.dtype), _float(e.value))
-        if t is StringImm:
-            return _str(e.value), _ATOM
-        if t in INFIX_OPS or t in BOOL_OPS:
-            sym, p = INFIX_OPS.get(t) or BOOL_OPS[t]
+        if t in INFIX_OPS:
+            sym, p = INFIX_OPS[t]
             return f"{self._wrap(e.a, p)} {sym} {self._wrap(e.b, p, True)}", p
-        if t in CMP_OPS:
-            return f"{self._wrap(e.a, _CMP, True)} {CMP_OPS[t]} {self._wrap(e.b, _CMP, True)}", _CMP
-        if t is Not:
-            return f"not {self._wrap(e.a, _NOT)}", _NOT
-        if t in CALL_OPS:
-            return self._call(CALL_OPS[t], self.expr(e.a), self.expr(e.b))
-        if t is Select:
-            return self._call("Select", *map(self.expr, (e.condition, e.true_value, e.false_value)))
-        if t is Cast:
-            return self._call("Cast", _str(str(e.dtype)), self.expr(e.value))
-        if t is BufferLoad:
-            return self.subscript(e.buffer, [self.expr(i) for i in e.indices]), _ATOM
-        if t is Ramp:
-            return self._call("Ramp", self.expr(e.base), self.expr(e.stride), str(e.lanes))
-        if t is Broadcast:
-            return self._call("Broadcast", self.expr(e.value), str(e.lanes))
-        if t is Call:
-            args = [self.expr(a) for a in e.args]
-            if e.op in MATH_FUNCTIONS and e.args and e.args[0].dtype == e.dtype:
-                return self._call(e.op, *args)
-            return self._call("call", _str(e.op), *args, f"dtype={_str(str(e.dtype))}")
+        return self._call(CALL_OPS[t], self.expr(e.a), self.expr(e.b))
+
+    def _bool_op(self, e: And | Or) -> tuple[str, int]:
+        sym, p = BOOL_OPS[type(e)]
+        return f"{self._wrap(e.a, p)} {sym} {self._wrap(e.b, p, True)}", p
+
+    visit_And = visit_Or = _bool_op
+
+    def visit_CmpOp(self, e: CmpOp) -> tuple[str, int]:
+        return f"{self._wrap(e.a, _CMP, True)} {CMP_OPS[type(e)]} {self._wrap(e.b, _CMP, True)}", _CMP
+
+    def visit_Not(self, e: Not) -> tuple[str, int]:
+        return f"not {self._wrap(e.a, _NOT)}", _NOT
+
+    def visit_Select(self, e: Select) -> tuple[str, int]:
+        return self._call("Select", *map(self.expr, (e.condition, e.true_value, e.false_value)))
+
+    def visit_Cast(self, e: Cast) -> tuple[str, int]:
+        return self._call("Cast", _str(str(e.dtype)), self.expr(e.value))
+
+    def visit_BufferLoad(self, e: BufferLoad) -> tuple[str, int]:
+        return self.subscript(e.buffer, [self.expr(i) for i in e.indices]), _ATOM
+
+    def visit_Ramp(self, e: Ramp) -> tuple[str, int]:
+        return self._call("Ramp", self.expr(e.base), self.expr(e.stride), str(e.lanes))
+
+    def visit_Broadcast(self, e: Broadcast) -> tuple[str, int]:
+        return self._call("Broadcast", self.expr(e.value), str(e.lanes))
+
+    def visit_Call(self, e: Call) -> tuple[str, int]:
+        args = [self.expr(a) for a in e.args]
+        if e.op in MATH_FUNCTIONS and e.args and e.args[0].dtype == e.dtype:
+            return self._call(e.op, *args)
+        return self._call("call", _str(e.op), *args, f"dtype={_str(str(e.dtype))}")
+
+    def unsupported_expr(self, e: PrimExpr) -> tuple[str, int]:
         if self.lenient:
             return repr(e), _ATOM
-        raise TypeError(f"cannot print expression of type {t.__name__}")
+        raise TypeError(f"cannot print expression of type {type(e).__name__}")
 
     def subscript(self, buffer: Buffer, items: list[str]) -> str:
         return f"{self.use(buffer)}[{', '.join(items) if items else '()'}]"
@@ -354,41 +381,51 @@ class _Printer:
                 self.stmt(s)
 
     def stmt(self, s: Stmt) -> None:
-        t = type(s)
-        if t is SeqStmt:
-            # a flat list of >= 2 non-sequence statements prints bare; anything else needs T.seq
-            self.seq_items((s,) if len(s.stmts) == 1 else s.stmts)
-        elif t is BufferStore:
-            self.line(f"{self.subscript(s.buffer, [self.expr(i) for i in s.indices])} = {self.expr(s.value)}")
-        elif t is Evaluate:
-            self.line(f"T.evaluate({self.expr(s.value)})")
-        elif t is IfThenElse:
-            self.line(f"if {self.expr(s.condition)}:")
-            self.body(s.then_case)
-            e = s.else_case
-            while type(e) is IfThenElse:
-                self.line(f"elif {self.expr(e.condition)}:")
-                self.body(e.then_case)
-                e = e.else_case
-            if e is not None:
-                self.line("else:")
-                self.body(e)
-        elif t is For:
-            self.for_(s)
-        elif t is BlockRealize:
-            self.block(s.block, s)
-        elif t is Block:
-            self.block(s, None)
-        elif t is Allocate:
-            args = self.buffer_args(s.buffer)
-            self.push()
-            self.line(f"with T.allocate{args} as {self.define(s.buffer)}:")
-            self.body(s.body)
-            self.pop()
-        elif self.lenient:
+        (self._stmt_methods.get(type(s)) or self.stmt_method(type(s)))(self, s)
+
+    def visit_SeqStmt(self, s: SeqStmt) -> None:
+        # a flat list of >= 2 non-sequence statements prints bare; anything else needs T.seq
+        self.seq_items((s,) if len(s.stmts) == 1 else s.stmts)
+
+    def visit_BufferStore(self, s: BufferStore) -> None:
+        self.line(f"{self.subscript(s.buffer, [self.expr(i) for i in s.indices])} = {self.expr(s.value)}")
+
+    def visit_Evaluate(self, s: Evaluate) -> None:
+        self.line(f"T.evaluate({self.expr(s.value)})")
+
+    def visit_IfThenElse(self, s: IfThenElse) -> None:
+        self.line(f"if {self.expr(s.condition)}:")
+        self.body(s.then_case)
+        e = s.else_case
+        while type(e) is IfThenElse:
+            self.line(f"elif {self.expr(e.condition)}:")
+            self.body(e.then_case)
+            e = e.else_case
+        if e is not None:
+            self.line("else:")
+            self.body(e)
+
+    def visit_For(self, s: For) -> None:
+        self.for_(s)
+
+    def visit_BlockRealize(self, s: BlockRealize) -> None:
+        self.block(s.block, s)
+
+    def visit_Block(self, s: Block) -> None:
+        self.block(s, None)
+
+    def visit_Allocate(self, s: Allocate) -> None:
+        args = self.buffer_args(s.buffer)
+        self.push()
+        self.line(f"with T.allocate{args} as {self.define(s.buffer)}:")
+        self.body(s.body)
+        self.pop()
+
+    def unsupported_stmt(self, s: Stmt) -> None:
+        if self.lenient:
             self.line(repr(s))
         else:
-            raise TypeError(f"cannot print statement of type {t.__name__}")
+            raise TypeError(f"cannot print statement of type {type(s).__name__}")
 
     def _grid_chain(self, s: For) -> list[For]:
         def plain(f: Any) -> bool:

@@ -30,7 +30,7 @@ import numpy as np
 from ..codegen import cuda as cg
 from ..ir.stmt import PrimFunc
 from ..target import Hardware
-from .module import Param, check_arguments, signature
+from .params import Param, check_arguments, signature
 from .timing import TimeResult, time_repeats
 
 SIDECAR_FORMAT = "tensorsearch-cuda-module-1"

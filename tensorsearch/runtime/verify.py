@@ -95,7 +95,7 @@ from ..target.intrinsics import (
 )
 from .cross import CrossRunError, aarch64_tools_available, run_aarch64
 from .memory import aligned_copy
-from .module import build
+from .native import build_native
 
 __all__ = [
     "ENV_CACHE",
@@ -473,7 +473,7 @@ def _run(intr: Intrinsic, plan: _Plan, trials: int, seed: int) -> dict[str, Any]
     assert target is not None
     name = "verify_" + re.sub(r"[^A-Za-z0-9_]", "_", intr.name)
     try:
-        mod = build(_program(intr, target), target, name=name, jit=plan.how == "jit", verify_intrinsics=False)
+        mod = build_native(_program(intr, target), target, name, jit=plan.how == "jit")
         obj = mod.object_code() if plan.how == "qemu" else None
     except (RuntimeError, ValueError) as err:  # LLVM's and the code generator's refusals
         return {"ok": False, "detail": f"does not compile for {target.name} ({target.triple}): {_first_line(err)}"}

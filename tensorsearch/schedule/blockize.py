@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..arith import eval_int_set, simplify
-from ..arith.iter_map import subspace_divide
+from ..arith.iter_map import SubspaceDivision, subspace_divide
 from ..ir import (
     Block,
     BlockRealize,
@@ -118,6 +118,62 @@ class BlockizePrimitives(ScheduleState):
 
         Only the loop form is supported (not a list of blocks).
         """
+        loop, realize, inner_loops = self._blockize_site(target, preserve_unit_iters)
+        block = realize.block
+        block_loc = find_block(self.func, block.name)
+        assert block_loc is not None
+        loop_dom = {f.loop_var: Range(f.min, f.extent) for f in loops_above(block_loc.path[:-1])}
+        div = self._divide_bindings(loop, realize, loop_dom, {f.loop_var for f in inner_loops}, preserve_unit_iters)
+        outer_ivs, outer_values, inner_ivs, inner_values, subst, inner_dom = self._split_iterators(
+            block, div, loop_dom, preserve_unit_iters
+        )
+        # the inner block, rewritten in terms of the new iterators
+        dom_all = {**{iv.var: iv.dom for iv in outer_ivs}, **inner_dom}
+        mut = _SubstSimplify(subst, dom_all)
+        reads = tuple(mut.visit(r) for r in block.reads)
+        writes = tuple(mut.visit(w) for w in block.writes)
+        body = mut.visit(block.body)
+        init = mut.visit(block.init) if block.init is not None else None
+        inner_reads = reads
+        if init is not None and any(iv.iter_type == IterType.REDUCE for iv in outer_ivs):
+            read_bufs = {r.buffer for r in reads}
+            inner_reads = tuple(w for w in writes if w.buffer not in read_bufs) + reads
+        inner_block = Block(
+            block.name,
+            tuple(inner_ivs),
+            inner_reads,
+            writes,
+            body,
+            None,
+            tuple(mut.visit(b) for b in block.alloc_buffers),
+            tuple(mut.visit(m) for m in block.match_buffers),
+            block.annotations,
+        )
+        inner_realize = BlockRealize(tuple(inner_values), div.inner_predicate, inner_block)
+        nest: Stmt = inner_realize
+        for f in reversed(inner_loops):
+            nest = For(f.loop_var, f.min, f.extent, f.kind, nest, f.thread_binding, f.annotations)
+
+        # the outer block
+        outer_name = self._unique_block_name(block.name + "_o")
+        outer_init = None
+        if init is not None:
+            outer_init = self._outer_init(init, inner_realize, inner_loops, writes, block.name + "_init")
+        outer_block = Block(
+            outer_name,
+            tuple(outer_ivs),
+            relax_regions(reads, inner_dom),
+            relax_regions(writes, inner_dom),
+            nest,
+            outer_init,
+        )
+        outer_realize = BlockRealize(tuple(outer_values), div.outer_predicate, outer_block)
+        self.func = replace(self.func, {id(loop): outer_realize})
+        return self._new_block_rv(outer_name)
+
+    def _blockize_site(self, target: LoopRV, preserve_unit_iters: bool) -> tuple[For, BlockRealize, list[For]]:
+        """Check blockize's arguments: the subtree under loop ``target`` is a chain of loops down
+        to exactly one block. Returns the loop, the block's realize and the chain of loops."""
         if isinstance(target, list | tuple):
             raise InvalidArgument(
                 "blockize: target must be a LoopRV; blockizing a list of blocks is not supported, only the loop form"
@@ -155,13 +211,19 @@ class BlockizePrimitives(ScheduleState):
                 block=block.name,
                 fragment=self._fragment(loop),
             )
-        block_loc = find_block(self.func, block.name)
-        assert block_loc is not None
-        all_loops = loops_above(block_loc.path[:-1])
-        loop_dom = {f.loop_var: Range(f.min, f.extent) for f in all_loops}
-        inner_vars = {f.loop_var for f in inner_loops}
+        return loop, realize, inner_loops
 
-        # Step 2: divide the bindings.
+    def _divide_bindings(
+        self,
+        loop: For,
+        realize: BlockRealize,
+        loop_dom: dict[Var, Range],
+        inner_vars: set[Var],
+        preserve_unit_iters: bool,
+    ) -> SubspaceDivision:
+        """The block's bindings divided into a part over the loops outside ``loop`` and a part
+        over the loops from ``loop`` inward (:func:`~tensorsearch.arith.subspace_divide`)."""
+        name, block = loop.loop_var.name, realize.block
         div = subspace_divide(
             list(realize.iter_values), loop_dom, inner_vars, realize.predicate, preserve_unit_iters=preserve_unit_iters
         )
@@ -177,8 +239,14 @@ class BlockizePrimitives(ScheduleState):
                 loop=name,
                 fragment=self._fragment(realize),
             )
+        return div
 
-        # Step 3: iterators and bindings of the outer and inner blocks.
+    def _split_iterators(
+        self, block: Block, div: SubspaceDivision, loop_dom: dict[Var, Range], preserve_unit_iters: bool
+    ) -> tuple[list[IterVar], list[PrimExpr], list[IterVar], list[PrimExpr], dict[Var, PrimExpr], dict[Var, Range]]:
+        """The iterators and bindings of the outer (``v_o``) and inner (``v_i``) blocks, the
+        substitution of each old iterator by them, and the inner iterators' domains. An
+        iterator whose inner part has extent 1 gets no inner iterator."""
         outer_ivs: list[IterVar] = []
         outer_values: list[PrimExpr] = []
         inner_ivs: list[IterVar] = []
@@ -203,49 +271,7 @@ class BlockizePrimitives(ScheduleState):
             inner_values.append(i)
             inner_dom[inner.var] = inner.dom
             subst[iv.var] = inner.var if o_ext == 1 else outer.var * i_ext + inner.var
-        # Step 4: the inner block, rewritten in terms of the new iterators.
-        dom_all = {**{iv.var: iv.dom for iv in outer_ivs}, **inner_dom}
-        mut = _SubstSimplify(subst, dom_all)
-        reads = tuple(mut.visit(r) for r in block.reads)
-        writes = tuple(mut.visit(w) for w in block.writes)
-        body = mut.visit(block.body)
-        init = mut.visit(block.init) if block.init is not None else None
-        inner_reads = reads
-        if init is not None and any(iv.iter_type == IterType.REDUCE for iv in outer_ivs):
-            read_bufs = {r.buffer for r in reads}
-            inner_reads = tuple(w for w in writes if w.buffer not in read_bufs) + reads
-        inner_block = Block(
-            block.name,
-            tuple(inner_ivs),
-            inner_reads,
-            writes,
-            body,
-            None,
-            tuple(mut.visit(b) for b in block.alloc_buffers),
-            tuple(mut.visit(m) for m in block.match_buffers),
-            block.annotations,
-        )
-        inner_realize = BlockRealize(tuple(inner_values), div.inner_predicate, inner_block)
-        nest: Stmt = inner_realize
-        for f in reversed(inner_loops):
-            nest = For(f.loop_var, f.min, f.extent, f.kind, nest, f.thread_binding, f.annotations)
-
-        # Step 5: the outer block.
-        outer_name = self._unique_block_name(block.name + "_o")
-        outer_init = None
-        if init is not None:
-            outer_init = self._outer_init(init, inner_realize, inner_loops, writes, block.name + "_init")
-        outer_block = Block(
-            outer_name,
-            tuple(outer_ivs),
-            relax_regions(reads, inner_dom),
-            relax_regions(writes, inner_dom),
-            nest,
-            outer_init,
-        )
-        outer_realize = BlockRealize(tuple(outer_values), div.outer_predicate, outer_block)
-        self.func = replace(self.func, {id(loop): outer_realize})
-        return self._new_block_rv(outer_name)
+        return outer_ivs, outer_values, inner_ivs, inner_values, subst, inner_dom
 
     @staticmethod
     def _lower(e: PrimExpr, dom: dict[Var, Range]) -> int:

@@ -707,6 +707,32 @@ class CachePrimitives(ScheduleState):
         not also written by the block, and a written buffer read by the block needs an init;
         no other block in the same loop nest accesses the buffer.
         """
+        loc, realize, scope, kind, buf, first = self._reindex_site(block, buffer)
+        blk = loc.node
+        _check_reindex_access(blk, kind, buf, first)
+        body, top = _reindex_nest(loc, scope, realize, kind, buf)
+        used: set[Var] = set()
+        for e in first:
+            used.update(free_vars(e))
+        covered = [iv for iv in blk.iter_vars if iv.var in used]
+        new_buf = _compact(
+            buf,
+            _unique_buffer_name(self.func, f"{buf.name}_reindex"),
+            shape=[iv.dom.extent for iv in covered] or [IntImm(buf.shape[0].dtype if buf.shape else "int32", 1)],
+        )
+        new_idx = tuple(simplify(iv.var - iv.dom.min) for iv in covered) or (IntImm(new_buf.shape[0].dtype, 0),)
+        new_block = _reindexed_block(blk, buf, new_buf, new_idx)
+        name = self._unique_block_name(f"{buf.name}_reindex")
+        stage = _reindex_stage(name, kind, covered, (buf, first), (new_buf, new_idx))
+        self.func = _reindex_rewrite(self.func, scope, (body, top), (blk, new_block), stage, new_buf, kind)
+        return self._new_block_rv(name)
+
+    def _reindex_site(
+        self, block: BlockRV, buffer: tuple[str, int]
+    ) -> tuple[Located, BlockRealize, Block, str, Buffer, tuple[PrimExpr, ...]]:
+        """Check reindex's arguments: a leaf block without predicate, with an affine binding, that
+        accesses the buffer everywhere at the same indices. Returns the block's location, realize,
+        scope block, ``"read"`` or ``"write"``, the buffer and its indices."""
         loc = self._block(block)
         blk = loc.node
         realize = loc.path[-2]
@@ -739,127 +765,7 @@ class CachePrimitives(ScheduleState):
                     block=blk.name,
                     fragment=self._fragment(blk),
                 )
-        iter_set = {iv.var for iv in blk.iter_vars}
-        for e in first:
-            # a read copy is a gather, right for any index; a written copy scatters back, so the
-            # indices must be affine (a fused iterator's split, ``k // 9``, is fine to read)
-            if kind == "write" and not _is_affine(e, iter_set):
-                raise CacheError(
-                    f"reindex: index {e} of buffer {buf.name} in block {blk.name} is not an affine expression of its iterators",
-                    block=blk.name,
-                )
-        iter_dom = {iv.var: iv.dom for iv in blk.iter_vars}
-        for e, extent in zip(first, buf.shape, strict=True):
-            bounds = eval_int_set(e, iter_dom)
-            if not (can_prove(bounds.min_value >= 0, iter_dom) and can_prove(bounds.max_value < extent, iter_dom)):
-                raise CacheError(
-                    f"reindex: index {e} of buffer {buf.name} in block {blk.name} can leave the buffer's bounds "
-                    f"[0, {extent}) (the block guards the access); a copy stage would access outside the buffer",
-                    block=blk.name,
-                )
-        if kind == "read" and _writes_buffer(blk, buf):
-            raise CacheError(
-                f"reindex: block {blk.name} also writes buffer {buf.name}; reindex it as a write", block=blk.name
-            )
-        if kind == "write" and blk.init is None:
-            loads: list[BufferLoad] = []
-            post_order_visit(
-                blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) and n.buffer is buf else None
-            )
-            if loads or _reads_buffer(blk, buf):
-                raise CacheError(
-                    f"reindex: block {blk.name} reads buffer {buf.name}, which it writes, and has no init; "
-                    "the reindexed buffer would start undefined",
-                    block=blk.name,
-                )
-        used: set[Var] = set()
-        for e in first:
-            used.update(free_vars(e))
-        covered = [iv for iv in blk.iter_vars if iv.var in used]
-        # the top-level statement of the scope holding the block
-        k = next(n for n, node in enumerate(loc.path) if node is scope)
-        body = loc.path[k + 1]
-        top = loc.path[k + 2] if isinstance(body, SeqStmt) else body
-        others = [] if top is realize else [r.block for r in child_blocks(top)]
-        for ob in others:
-            if ob is blk:
-                continue
-            touches = _writes_buffer(ob, buf) if kind == "read" else (_writes_buffer(ob, buf) or _reads_buffer(ob, buf))
-            if touches:
-                raise CacheError(
-                    f"reindex: block {ob.name} in the same loop nest as block {blk.name} also accesses buffer {buf.name}",
-                    block=blk.name,
-                )
-        new_buf = _compact(
-            buf,
-            _unique_buffer_name(self.func, f"{buf.name}_reindex"),
-            shape=[iv.dom.extent for iv in covered] or [IntImm(buf.shape[0].dtype if buf.shape else "int32", 1)],
-        )
-        new_idx = tuple(simplify(iv.var - iv.dom.min) for iv in covered) or (IntImm(new_buf.shape[0].dtype, 0),)
-
-        class _Redirect(Mutator):
-            def visit_BufferLoad(self, op: BufferLoad) -> PrimExpr:
-                op = self.generic_visit(op)
-                return BufferLoad(new_buf, new_idx) if op.buffer is buf else op
-
-            def visit_BufferStore(self, op: BufferStore) -> Stmt:
-                op = self.generic_visit(op)
-                return BufferStore(new_buf, op.value, new_idx) if op.buffer is buf else op
-
-        redirect = _Redirect()
-        new_block = Block(
-            blk.name,
-            blk.iter_vars,
-            tuple(_point_region(new_buf, new_idx) if r.buffer is buf else r for r in blk.reads),
-            tuple(_point_region(new_buf, new_idx) if r.buffer is buf else r for r in blk.writes),
-            redirect.visit(blk.body),
-            None if blk.init is None else redirect.visit(blk.init),
-            blk.alloc_buffers,
-            blk.match_buffers,
-            blk.annotations,
-        )
-        # the copy stage
-        name = self._unique_block_name(f"{buf.name}_reindex")
-        subst, iters, loops, values = {}, [], [], []
-        for n, iv in enumerate(covered):
-            w = Var(f"v{n}", iv.var.dtype)
-            subst[iv.var] = w
-            iters.append(IterVar(w, iv.dom, IterType.SPATIAL))
-            ax = Var(f"ax{n}", iv.var.dtype)
-            loops.append((ax, iv.dom.extent))
-            values.append(simplify(ax + iv.dom.min))
-        old_idx = tuple(simplify(substitute(e, subst)) for e in first)
-        stage_idx = tuple(simplify(substitute(e, subst)) for e in new_idx)
-        if kind == "read":
-            store = BufferStore(new_buf, BufferLoad(buf, old_idx), stage_idx)
-            reads, writes = (_point_region(buf, old_idx),), (_point_region(new_buf, stage_idx),)
-        else:
-            store = BufferStore(buf, BufferLoad(new_buf, stage_idx), old_idx)
-            reads, writes = (_point_region(new_buf, stage_idx),), (_point_region(buf, old_idx),)
-        stage: Stmt = BlockRealize(tuple(values), TRUE, Block(name, tuple(iters), reads, writes, store))
-        for ax, ext in reversed(loops):
-            stage = For(ax, _zero(ext.dtype), ext, ForKind.SERIAL, stage)
-        new_top = replace(self.func.with_body(top), {id(blk): new_block}).body
-        pieces = [stage, new_top] if kind == "read" else [new_top, stage]
-        if isinstance(body, SeqStmt):
-            stmts = list(body.stmts)
-            at = next(n for n, s in enumerate(stmts) if s is top)
-            new_body = seq(*stmts[:at], *pieces, *stmts[at + 1 :])
-        else:
-            new_body = seq(*pieces)
-        new_scope = Block(
-            scope.name,
-            scope.iter_vars,
-            scope.reads,
-            scope.writes,
-            new_body,
-            scope.init,
-            (*scope.alloc_buffers, new_buf),
-            scope.match_buffers,
-            scope.annotations,
-        )
-        self.func = replace(self.func, {id(scope): new_scope})
-        return self._new_block_rv(name)
+        return loc, realize, scope, kind, buf, first
 
     @primitive()
     def set_scope(self, block: BlockRV, buffer_index: int, storage_scope: str) -> None:
@@ -1151,3 +1057,152 @@ class CachePrimitives(ScheduleState):
 
 
 __all__ = ["BUFFER_DIM_ALIGN", "CachePrimitives", "IndexMap"]
+
+
+def _check_reindex_access(blk: Block, kind: str, buf: Buffer, first: tuple[PrimExpr, ...]) -> None:
+    """The access reindex stages is copyable: a write's indices are affine in the iterators,
+    every index stays in the buffer's bounds, a read buffer is not written by the block, and a
+    written buffer the block reads has an init."""
+    iter_set = {iv.var for iv in blk.iter_vars}
+    for e in first:
+        # a read copy is a gather, right for any index; a written copy scatters back, so the
+        # indices must be affine (a fused iterator's split, ``k // 9``, is fine to read)
+        if kind == "write" and not _is_affine(e, iter_set):
+            raise CacheError(
+                f"reindex: index {e} of buffer {buf.name} in block {blk.name} is not an affine expression of its iterators",
+                block=blk.name,
+            )
+    iter_dom = {iv.var: iv.dom for iv in blk.iter_vars}
+    for e, extent in zip(first, buf.shape, strict=True):
+        bounds = eval_int_set(e, iter_dom)
+        if not (can_prove(bounds.min_value >= 0, iter_dom) and can_prove(bounds.max_value < extent, iter_dom)):
+            raise CacheError(
+                f"reindex: index {e} of buffer {buf.name} in block {blk.name} can leave the buffer's bounds "
+                f"[0, {extent}) (the block guards the access); a copy stage would access outside the buffer",
+                block=blk.name,
+            )
+    if kind == "read" and _writes_buffer(blk, buf):
+        raise CacheError(
+            f"reindex: block {blk.name} also writes buffer {buf.name}; reindex it as a write", block=blk.name
+        )
+    if kind == "write" and blk.init is None:
+        loads: list[BufferLoad] = []
+        post_order_visit(blk.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) and n.buffer is buf else None)
+        if loads or _reads_buffer(blk, buf):
+            raise CacheError(
+                f"reindex: block {blk.name} reads buffer {buf.name}, which it writes, and has no init; "
+                "the reindexed buffer would start undefined",
+                block=blk.name,
+            )
+
+
+def _reindex_nest(loc: Located, scope: Block, realize: BlockRealize, kind: str, buf: Buffer) -> tuple[Stmt, Stmt]:
+    """The scope's body and its top-level statement holding the block, checked to hold no other
+    block that accesses ``buf`` (writes it, for a read)."""
+    blk = realize.block
+    k = next(n for n, node in enumerate(loc.path) if node is scope)
+    body = loc.path[k + 1]
+    top = loc.path[k + 2] if isinstance(body, SeqStmt) else body
+    others = [] if top is realize else [r.block for r in child_blocks(top)]
+    for ob in others:
+        if ob is blk:
+            continue
+        touches = _writes_buffer(ob, buf) if kind == "read" else (_writes_buffer(ob, buf) or _reads_buffer(ob, buf))
+        if touches:
+            raise CacheError(
+                f"reindex: block {ob.name} in the same loop nest as block {blk.name} also accesses buffer {buf.name}",
+                block=blk.name,
+            )
+    return body, top
+
+
+def _reindexed_block(blk: Block, buf: Buffer, new_buf: Buffer, new_idx: tuple[PrimExpr, ...]) -> Block:
+    """``blk`` with every access of ``buf`` redirected to ``new_buf[new_idx]``."""
+
+    class _Redirect(Mutator):
+        def visit_BufferLoad(self, op: BufferLoad) -> PrimExpr:
+            op = self.generic_visit(op)
+            return BufferLoad(new_buf, new_idx) if op.buffer is buf else op
+
+        def visit_BufferStore(self, op: BufferStore) -> Stmt:
+            op = self.generic_visit(op)
+            return BufferStore(new_buf, op.value, new_idx) if op.buffer is buf else op
+
+    redirect = _Redirect()
+    return Block(
+        blk.name,
+        blk.iter_vars,
+        tuple(_point_region(new_buf, new_idx) if r.buffer is buf else r for r in blk.reads),
+        tuple(_point_region(new_buf, new_idx) if r.buffer is buf else r for r in blk.writes),
+        redirect.visit(blk.body),
+        None if blk.init is None else redirect.visit(blk.init),
+        blk.alloc_buffers,
+        blk.match_buffers,
+        blk.annotations,
+    )
+
+
+def _reindex_stage(
+    name: str,
+    kind: str,
+    covered: list[IterVar],
+    old: tuple[Buffer, tuple[PrimExpr, ...]],
+    new: tuple[Buffer, tuple[PrimExpr, ...]],
+) -> Stmt:
+    """The copy stage ``name`` between ``buf[first]`` and ``new_buf[new_idx]`` (into the new buffer
+    for a read, back from it for a write), one loop per covered iterator."""
+    (buf, first), (new_buf, new_idx) = old, new
+    subst, iters, loops, values = {}, [], [], []
+    for n, iv in enumerate(covered):
+        w = Var(f"v{n}", iv.var.dtype)
+        subst[iv.var] = w
+        iters.append(IterVar(w, iv.dom, IterType.SPATIAL))
+        ax = Var(f"ax{n}", iv.var.dtype)
+        loops.append((ax, iv.dom.extent))
+        values.append(simplify(ax + iv.dom.min))
+    old_idx = tuple(simplify(substitute(e, subst)) for e in first)
+    stage_idx = tuple(simplify(substitute(e, subst)) for e in new_idx)
+    if kind == "read":
+        store = BufferStore(new_buf, BufferLoad(buf, old_idx), stage_idx)
+        reads, writes = (_point_region(buf, old_idx),), (_point_region(new_buf, stage_idx),)
+    else:
+        store = BufferStore(buf, BufferLoad(new_buf, stage_idx), old_idx)
+        reads, writes = (_point_region(new_buf, stage_idx),), (_point_region(buf, old_idx),)
+    stage: Stmt = BlockRealize(tuple(values), TRUE, Block(name, tuple(iters), reads, writes, store))
+    for ax, ext in reversed(loops):
+        stage = For(ax, _zero(ext.dtype), ext, ForKind.SERIAL, stage)
+    return stage
+
+
+def _reindex_rewrite(
+    func: PrimFunc,
+    scope: Block,
+    nest: tuple[Stmt, Stmt],
+    blocks: tuple[Block, Block],
+    stage: Stmt,
+    new_buf: Buffer,
+    kind: str,
+) -> PrimFunc:
+    """``func`` with the block replaced, the copy stage put before (read) or after (write) its
+    loop nest, and the new buffer allocated in the scope block."""
+    (body, top), (blk, new_block) = nest, blocks
+    new_top = replace(func.with_body(top), {id(blk): new_block}).body
+    pieces = [stage, new_top] if kind == "read" else [new_top, stage]
+    if isinstance(body, SeqStmt):
+        stmts = list(body.stmts)
+        at = next(n for n, s in enumerate(stmts) if s is top)
+        new_body = seq(*stmts[:at], *pieces, *stmts[at + 1 :])
+    else:
+        new_body = seq(*pieces)
+    new_scope = Block(
+        scope.name,
+        scope.iter_vars,
+        scope.reads,
+        scope.writes,
+        new_body,
+        scope.init,
+        (*scope.alloc_buffers, new_buf),
+        scope.match_buffers,
+        scope.annotations,
+    )
+    return replace(func, {id(scope): new_scope})

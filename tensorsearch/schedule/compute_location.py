@@ -390,6 +390,45 @@ def _compute_at_func(
     assert isinstance(block, Block) and isinstance(loop, For)
     lname = loop.loop_var.name
     scope = _scope_of(loc, name)
+    _check_compute_at(func, scope, loc, loop_loc, name, is_compute_at)
+    subtrees = _subtrees(loop)
+    position, producers, required_blocks, under = _insert_position(scope, block, loop, index, name, is_compute_at)
+    # the regions the block provides and the regions the others require under the loop
+    realizes = {id(r.block): (r, p) for r, p in child_block_paths(scope)}
+    outer_loops = [*loops_above(loop_loc.path), loop]
+    if is_compute_at:
+        touched = {w.buffer for w in block.writes}
+        provided = {b: [w for w in block.writes if w.buffer is b] for b in touched}
+    else:
+        _check_producers_finished(block, under, realizes, outer_loops, lname)
+        touched = {w.buffer for p in producers for w in p.writes} & {r.buffer for r in block.reads}
+        provided = {b: [r for r in block.reads if r.buffer is b] for b in touched}
+    required: dict[Buffer, list[list[IntervalSet]]] = {}
+    shared_by_threads = _thread_loops_shared(block, outer_loops) if is_compute_at else []
+    for other in required_blocks:
+        realize, path = realizes[id(other)]
+        inner = [n for n in path[next(i for i, n in enumerate(path) if n is loop) + 1 :] if isinstance(n, For)]
+        relax = loop_domains(inner + shared_by_threads)
+        regions = other.reads if is_compute_at else other.writes
+        for region in regions:
+            if region.buffer in touched:
+                required.setdefault(region.buffer, []).append(relax_region(unbind_region(region, realize), relax))
+    nest = _compute_at_nest(
+        block, provided, required, loop_domains(outer_loops), preserve_unit_loops, is_compute_at, lname
+    )
+    new_loop = dc_replace(loop, body=seq(*subtrees[:position], nest, *subtrees[position:]))
+    remove = _removal_root(loc, name)
+    return replace(func, {id(remove): None, id(loop): new_loop})
+
+
+def _check_compute_at(
+    func: PrimFunc, scope: Block, loc: Located, loop_loc: Located, name: str, is_compute_at: bool
+) -> None:
+    """(reverse_)compute_at's checks: the scope is a stage pipeline, the block is complete or a
+    reduction block, the loop is in the same scope and no ancestor of the block, and (for
+    compute_at) the block is no output block."""
+    block, loop = loc.node, loop_loc.node
+    lname = loop.loop_var.name
     # 1. the scope is a stage pipeline
     _require_stage_pipeline(scope, block, name)
     # 2. the block is complete or a reduction block
@@ -425,7 +464,16 @@ def _compute_at_func(
                 "an output of its scope)",
                 block=block.name,
             )
-    # 5. where to insert under the loop: after the producers, before the consumers
+
+
+def _insert_position(
+    scope: Block, block: Block, loop: For, index: int, name: str, is_compute_at: bool
+) -> tuple[int, list[Block], list[Block], list[Block]]:
+    """Where to insert the block under the loop: after the producers, before the consumers
+    (``index`` -1 and -2 pick the last and the first such position). The consumers (compute_at)
+    or producers (reverse_compute_at) must all be under the loop. Returns the position, the
+    producers, the blocks the block must follow and those of them under the loop."""
+    lname = loop.loop_var.name
     producers = producers_of(scope, block)
     consumers = consumers_of(scope, block)
     subtrees = _subtrees(loop)
@@ -474,28 +522,21 @@ def _compute_at_func(
             block=block.name,
             loop=lname,
         )
-    # 6. the regions the block provides and the regions the others require under the loop
-    realizes = {id(r.block): (r, p) for r, p in child_block_paths(scope)}
-    outer_loops = [*loops_above(loop_loc.path), loop]
-    if is_compute_at:
-        touched = {w.buffer for w in block.writes}
-        provided = {b: [w for w in block.writes if w.buffer is b] for b in touched}
-    else:
-        _check_producers_finished(block, under, realizes, outer_loops, lname)
-        touched = {w.buffer for p in producers for w in p.writes} & {r.buffer for r in block.reads}
-        provided = {b: [r for r in block.reads if r.buffer is b] for b in touched}
-    required: dict[Buffer, list[list[IntervalSet]]] = {}
-    shared_by_threads = _thread_loops_shared(block, outer_loops) if is_compute_at else []
-    for other in required_blocks:
-        realize, path = realizes[id(other)]
-        inner = [n for n in path[next(i for i, n in enumerate(path) if n is loop) + 1 :] if isinstance(n, For)]
-        relax = loop_domains(inner + shared_by_threads)
-        regions = other.reads if is_compute_at else other.writes
-        for region in regions:
-            if region.buffer in touched:
-                required.setdefault(region.buffer, []).append(relax_region(unbind_region(region, realize), relax))
-    # 7. the new domain of each block iterator, the new loops and bindings
-    env = loop_domains(outer_loops)
+    return position, producers, required_blocks, under
+
+
+def _compute_at_nest(
+    block: Block,
+    provided: dict[Buffer, list[BufferRegion]],
+    required: dict[Buffer, list[list[IntervalSet]]],
+    env: dict[Var, Range],
+    preserve_unit_loops: bool,
+    is_compute_at: bool,
+    lname: str,
+) -> Stmt:
+    """The block under new loops over the domain of each iterator the ``required`` regions need
+    (its whole domain when they need more), bound to them, guarded by a predicate where the
+    loops cover more than the domain."""
     needed = _block_var_domains(block, provided, required, env)
     loop_vars: list[tuple[Var, PrimExpr]] = []
     bindings: list[PrimExpr] = []
@@ -538,9 +579,7 @@ def _compute_at_func(
         _check_reads_written(nest, loop_vars, required, env, lname)
     for ax, extent in reversed(loop_vars):
         nest = For(ax, IntImm(ax.dtype, 0), extent, ForKind.SERIAL, nest)
-    new_loop = dc_replace(loop, body=seq(*subtrees[:position], nest, *subtrees[position:]))
-    remove = _removal_root(loc, name)
-    return replace(func, {id(remove): None, id(loop): new_loop})
+    return nest
 
 
 # ---------------------------------------------------------------------------------------

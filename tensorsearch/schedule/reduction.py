@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 from .. import arith
@@ -381,6 +382,19 @@ class ReductionPrimitives(ScheduleState):
                         B[vi] = T.float32(0.0)
                     B[vi] = B[vi] + B_rf[vki, vi]
         """
+        site = self._rfactor_check(loop, factor_axis)
+        blk = site.realize.block
+        buffer = blk.body.buffer
+        rf_buffer = _rfactor_buffer(self.func, buffer, site.axis, site.rf_loop.extent)
+        rf_block, rf_nest, rf_load, extra = self._rfactor_nest(site, rf_buffer)
+        wb_realize = _rfactor_writeback(site, rf_buffer, rf_load, extra)
+        self._rfactor_rewrite(site, rf_nest, wb_realize, rf_buffer)
+        return self._new_block_rv(rf_block.name)
+
+    def _rfactor_check(self, loop: LoopRV, factor_axis: int) -> _RFactorSite:
+        """Check rfactor's arguments: ``loop`` holds exactly one reduction block, is serial and
+        bound to reduce iterators only, the loops around the block are as TVM requires, the
+        reduction has a recognised combiner and ``factor_axis`` fits the output buffer."""
         if isinstance(factor_axis, bool) or not isinstance(factor_axis, int):
             raise InvalidArgument(
                 f"rfactor: factor_axis must be an integer, got {type(factor_axis).__name__} {factor_axis!r}"
@@ -409,11 +423,39 @@ class ReductionPrimitives(ScheduleState):
                 fragment=self._fragment(rf_loop),
             )
         loops = loops_above(loc.path[:-1])
+        reduce_vars = self._rfactor_check_loops(realize, rf_loop, loops)
+        matched = _match_combiner(blk)
+        if matched is None:
+            raise NotReductionBlock(
+                f"rfactor of loop {lname} cannot recognize the reduction of block {blk.name}: the init must store a constant and "
+                f"the update must have the form {_COMBINER_FORMS} (x not reading C)",
+                block=blk.name,
+                loop=lname,
+                fragment=self._fragment(blk),
+            )
+        buffer = blk.body.buffer
+        ndim = len(buffer.shape)
+        if not -(ndim + 1) <= factor_axis <= ndim:
+            raise InvalidArgument(
+                f"rfactor of loop {lname}: the write buffer {buffer.name} of block {blk.name} has {ndim} dimension(s), so "
+                f"factor_axis must be in [{-(ndim + 1)}, {ndim}], got {factor_axis}",
+                block=blk.name,
+                loop=lname,
+            )
+        axis = factor_axis + ndim + 1 if factor_axis < 0 else factor_axis
+        return _RFactorSite(loc, realize, rf_loop, loops, reduce_vars, matched[0], matched[1], axis)
+
+    def _rfactor_check_loops(self, realize: BlockRealize, rf_loop: For, loops: list[For]) -> set[Var]:
+        """The loop properties TVM checks for rfactor: the block comes first under its outermost
+        loop, ``rf_loop`` is bound to reduce iterators only, no loop is bound to both kinds, the
+        outermost reduction loop holds only this block, and a loop under a reduction loop that is
+        bound to no iterator has extent 1. Returns the loop variables the reduce iterators use."""
+        blk = realize.block
+        lname = rf_loop.loop_var.name
         data_par_vars: set[Var] = set()
         reduce_vars: set[Var] = set()
         for iv, value in zip(blk.iter_vars, realize.iter_values, strict=True):
             (reduce_vars if iv.iter_type == IterType.REDUCE else data_par_vars).update(_vars_of(value))
-        # the loop properties TVM checks
         first = child_blocks(loops[0])[0]
         if first.block is not blk:
             raise LoopStructureError(
@@ -471,56 +513,18 @@ class ReductionPrimitives(ScheduleState):
                     loop=v.name,
                     fragment=self._fragment(lp),
                 )
-        # the combiner
-        init, update = blk.init, blk.body
-        combiner: type | None = None
-        rhs: PrimExpr | None = None
-        if (
-            isinstance(init, BufferStore)
-            and isinstance(update, BufferStore)
-            and init.buffer is update.buffer
-            and init.indices == update.indices
-            and isinstance(init.value, IntImm | FloatImm)
-            and type(update.value) in (Add, Max, Min)
-        ):
-            lhs = BufferLoad(update.buffer, update.indices)
-            a, b = update.value.a, update.value.b
-            other = b if a == lhs else a if b == lhs else None
-            if other is not None and not any(
-                isinstance(n, BufferLoad) and n.buffer is update.buffer for n in _nodes(other)
-            ):
-                combiner, rhs = type(update.value), other
-        if combiner is None or rhs is None:
-            raise NotReductionBlock(
-                f"rfactor of loop {lname} cannot recognize the reduction of block {blk.name}: the init must store a constant and "
-                f"the update must have the form {_COMBINER_FORMS} (x not reading C)",
-                block=blk.name,
-                loop=lname,
-                fragment=self._fragment(blk),
-            )
-        buffer = update.buffer
-        ndim = len(buffer.shape)
-        if not -(ndim + 1) <= factor_axis <= ndim:
-            raise InvalidArgument(
-                f"rfactor of loop {lname}: the write buffer {buffer.name} of block {blk.name} has {ndim} dimension(s), so "
-                f"factor_axis must be in [{-(ndim + 1)}, {ndim}], got {factor_axis}",
-                block=blk.name,
-                loop=lname,
-            )
-        axis = factor_axis + ndim + 1 if factor_axis < 0 else factor_axis
-        identity = _identity(combiner, buffer.dtype)
-        rf_shape = list(buffer.shape)
-        rf_shape.insert(axis, rf_loop.extent)
-        rf_buffer = dataclasses.replace(
-            buffer,
-            name=_unique_buffer_name(self.func, f"{buffer.name}_rf"),
-            shape=tuple(rf_shape),
-            strides=(),
-            elem_offset=IntImm(buffer.elem_offset.dtype, 0),
-        )
-        loop_of = {lp.loop_var: lp for lp in loops}
+        return reduce_vars
 
-        # the rfactor block
+    def _rfactor_nest(self, site: _RFactorSite, rf_buffer: Buffer) -> tuple[Block, Stmt, BufferLoad, IterVar]:
+        """The rfactor block under fresh copies of every loop around the block: its iterators are
+        the factored loop (spatial, first), the block's spatial iterators, the reduce iterators
+        the factored loop does not touch, and one reduce iterator per loop of the ones it does.
+        Returns the block, its loop nest, its load of ``rf_buffer`` and its factored iterator."""
+        realize, rf_loop, loops = site.realize, site.rf_loop, site.loops
+        blk = realize.block
+        update = blk.body
+        lname = rf_loop.loop_var.name
+        loop_of = {lp.loop_var: lp for lp in loops}
         extra = IterVar(Var(f"v{lname}", rf_loop.loop_var.dtype), Range(rf_loop.min, rf_loop.extent), IterType.SPATIAL)
         loop2iter: dict[Var, PrimExpr] = {rf_loop.loop_var: extra.var}
         rf_iters: list[IterVar] = [extra]
@@ -541,40 +545,24 @@ class ReductionPrimitives(ScheduleState):
                 rf_values.append(v)
             rf_map[iv.var] = arith.simplify(substitute(value, loop2iter))
         rf_indices = list(update.indices)
-        rf_indices.insert(axis, extra.var)
+        rf_indices.insert(site.axis, extra.var)
         rf_load = BufferLoad(rf_buffer, tuple(rf_indices))
-        rf_update: Stmt = substitute(BufferStore(rf_buffer, combiner(rf_load, rhs), tuple(rf_indices)), rf_map)
-        rf_init: Stmt | None = BufferStore(rf_buffer, identity, tuple(rf_indices))
+        rf_update: Stmt = substitute(
+            BufferStore(rf_buffer, site.combiner(rf_load, site.rhs), tuple(rf_indices)), rf_map
+        )
+        rf_init: Stmt | None = BufferStore(rf_buffer, _identity(site.combiner, update.buffer.dtype), tuple(rf_indices))
         if not any(iv.iter_type == IterType.REDUCE for iv in rf_iters):
             # nothing left to reduce: each partial result is a single term
-            rf_update, rf_init = substitute(BufferStore(rf_buffer, rhs, tuple(rf_indices)), rf_map), None
+            rf_update, rf_init = substitute(BufferStore(rf_buffer, site.rhs, tuple(rf_indices)), rf_map), None
 
-        def rf_regions(regions: tuple[BufferRegion, ...]) -> tuple[BufferRegion, ...]:
-            out = []
-            for br in regions:
-                region = list(br.region)
-                buf = br.buffer
-                if buf is buffer:
-                    region.insert(axis, Range(extra.var, IntImm(extra.var.dtype, 1)))
-                    buf = rf_buffer
-                out.append(
-                    BufferRegion(
-                        buf,
-                        tuple(
-                            Range(
-                                arith.simplify(substitute(r.min, rf_map)), arith.simplify(substitute(r.extent, rf_map))
-                            )
-                            for r in region
-                        ),
-                    )
-                )
-            return tuple(out)
+        def regions(of: tuple[BufferRegion, ...]) -> tuple[BufferRegion, ...]:
+            return _rf_regions(of, update.buffer, rf_buffer, site.axis, extra.var, rf_map)
 
         rf_block = Block(
             self._unique_block_name(f"{blk.name}_rf"),
             tuple(rf_iters),
-            rf_regions(blk.reads),
-            rf_regions(blk.writes),
+            regions(blk.reads),
+            regions(blk.writes),
             rf_update,
             rf_init,
             annotations=blk.annotations,
@@ -587,46 +575,24 @@ class ReductionPrimitives(ScheduleState):
         )
         for lp in reversed(loops):
             rf_body = dataclasses.replace(lp, loop_var=new_loop_vars[lp.loop_var], body=rf_body)
+        return rf_block, rf_body, rf_load, extra
 
-        # the write-back block
-        wb_extra = IterVar(
-            Var(f"v{lname}", rf_loop.loop_var.dtype), Range(rf_loop.min, rf_loop.extent), IterType.REDUCE
-        )
-        wb_map: dict[Var, PrimExpr] = {extra.var: wb_extra.var}
-        wb_iters: list[IterVar] = [wb_extra]
-        wb_values: list[PrimExpr] = [rf_loop.loop_var]
-        for iv, value in zip(blk.iter_vars, realize.iter_values, strict=True):
-            if iv.iter_type == IterType.SPATIAL:
-                new_var = Var(iv.var.name, iv.var.dtype)
-                wb_iters.append(IterVar(new_var, iv.dom, IterType.SPATIAL))
-                wb_values.append(value)
-                wb_map[iv.var] = new_var
-        wb_lhs = substitute(BufferLoad(buffer, update.indices), wb_map)
-        wb_rhs = substitute(rf_load, wb_map)
-        wb_pred = _and_all([c for c in _conjuncts(realize.predicate) if not _uses(c, reduce_vars)])
-        wb_block = Block(
-            blk.name,
-            tuple(wb_iters),
-            (BufferRegion(rf_buffer, tuple(Range(i, IntImm(i.dtype, 1)) for i in wb_rhs.indices)),),
-            (BufferRegion(buffer, tuple(Range(i, IntImm(i.dtype, 1)) for i in wb_lhs.indices)),),
-            BufferStore(buffer, combiner(wb_lhs, wb_rhs), wb_lhs.indices),
-            BufferStore(buffer, init.value, wb_lhs.indices),
-            annotations=blk.annotations,
-        )
-        wb_realize = BlockRealize(tuple(wb_values), wb_pred, wb_block)
-
-        loop_ids = {id(lp) for lp in loops}
+    def _rfactor_rewrite(self, site: _RFactorSite, rf_nest: Stmt, wb_realize: BlockRealize, rf_buffer: Buffer) -> None:
+        """Put the rfactor nest before the block's outermost loop, replace the block by the
+        write-back block under the loops that are not reduction loops (and the factored loop),
+        and allocate ``rf_buffer`` in the scope block."""
+        loop_ids = {id(lp) for lp in site.loops}
 
         def rebuild(node: Node) -> Node:
             if not isinstance(node, Stmt):
                 return node
-            if node is realize:
+            if node is site.realize:
                 return wb_realize
             if isinstance(node, For):
                 if id(node) not in loop_ids:
                     return node
                 body = rebuild(node.body)
-                if node is rf_loop or node.loop_var not in reduce_vars:
+                if node is site.rf_loop or node.loop_var not in site.reduce_vars:
                     return dataclasses.replace(node, body=body)
                 return body
             if isinstance(node, BlockRealize):
@@ -635,12 +601,12 @@ class ReductionPrimitives(ScheduleState):
                 return seq(*[rebuild(s) for s in node.stmts])
             return map_children(node, rebuild)
 
-        outer = loops[0]
-        func = replace(self.func, {id(outer): seq(rf_body, rebuild(outer))})
-        scope = _scope_of(loc)
+        outer = site.loops[0]
+        func = replace(self.func, {id(outer): seq(rf_nest, rebuild(outer))})
+        scope = _scope_of(site.loc)
         if scope is None:
             raise InvalidArgument(
-                f"rfactor needs block {blk.name} to be inside a scope block that can hold {rf_buffer.name}"
+                f"rfactor needs block {site.realize.block.name} to be inside a scope block that can hold {rf_buffer.name}"
             )
         new_scope = find_block(func, scope.name)
         assert new_scope is not None
@@ -652,7 +618,6 @@ class ReductionPrimitives(ScheduleState):
                 )
             },
         )
-        return self._new_block_rv(rf_block.name)
 
     # -----------------------------------------------------------------------------------
     # pad_einsum
@@ -713,6 +678,20 @@ class ReductionPrimitives(ScheduleState):
                     T.writes(C[v0, v1])
                     C[v0, v1] = C_pad[v0, v1]
         """
+        site = self._einsum_site(block, padding)
+        blk = site.realize.block
+        padded, padded_loops = self._padded_iterators(site, padding)
+        if not padded:
+            return
+        self._check_einsum_padding(site, padded)
+        buffer_map, before, after, allocs = _padded_copies(self.func, site, padded)
+        new_block = _padded_block(blk, buffer_map, padded)
+        self._pad_einsum_rewrite(site, new_block, padded_loops, (before, after), allocs)
+
+    def _einsum_site(self, block: BlockRV, padding: list[int]) -> _EinsumSite:
+        """Check pad_einsum's arguments and that the block is an einsum: one padding per
+        iterator, a scope block, each buffer accessed in one single-element region and at those
+        indices only, and a body that is one store."""
         realize, loc = self._block_realize(block)
         blk: Block = loc.node
         frag = self._fragment(blk)
@@ -735,12 +714,7 @@ class ReductionPrimitives(ScheduleState):
         accesses: dict[Buffer, tuple[PrimExpr, ...]] = {}
         inputs: list[Buffer] = []
         outputs: list[Buffer] = []
-
-        def not_einsum(why: str) -> NotReductionBlock:
-            return NotReductionBlock(
-                f"pad_einsum needs an einsum block, but block {blk.name} {why}", block=blk.name, fragment=frag
-            )
-
+        not_einsum = _einsum_error(blk, frag)
         for regions, into in ((blk.reads, inputs), (blk.writes, outputs)):
             for br in regions:
                 if br.buffer in accesses:
@@ -762,8 +736,14 @@ class ReductionPrimitives(ScheduleState):
                 raise not_einsum("has a body that is not a single store")
         if not isinstance(blk.body, BufferStore):
             raise not_einsum("has a body that is not a single store")
-        # which iterators grow
-        loops = loops_above(loc.path[:-1])
+        return _EinsumSite(realize, loc, scope, accesses, inputs, outputs, frag)
+
+    def _padded_iterators(self, site: _EinsumSite, padding: list[int]) -> tuple[dict[Var, PrimExpr], dict[Var, int]]:
+        """Which iterators grow: ``({iterator: padded extent}, {loop var: padded extent})`` for
+        each iterator whose extent is not a multiple of its padding; such an iterator must have a
+        constant extent and be bound directly to a loop over its whole domain."""
+        realize, blk = site.realize, site.realize.block
+        loops = loops_above(site.loc.path[:-1])
         loop_of = {lp.loop_var: lp for lp in loops}
         padded: dict[Var, PrimExpr] = {}  # iterator -> padded extent
         padded_loops: dict[Var, int] = {}
@@ -776,7 +756,7 @@ class ReductionPrimitives(ScheduleState):
                     f"pad_einsum supports only constant iterator extents, but iterator {iv.var.name} of block "
                     f"{blk.name} has extent {extent}",
                     block=blk.name,
-                    fragment=frag,
+                    fragment=site.frag,
                 )
             new_extent = -(-extent.value // pad) * pad
             if new_extent == extent.value:
@@ -793,14 +773,20 @@ class ReductionPrimitives(ScheduleState):
                     f"pad_einsum supports only padded iterators bound directly to a loop over their whole domain, "
                     f"but iterator {iv.var.name} of block {blk.name} is bound to {value}",
                     block=blk.name,
-                    fragment=frag,
+                    fragment=site.frag,
                 )
             padded[iv.var] = IntImm(extent.dtype, new_extent)
             padded_loops[lp.loop_var] = new_extent
-        if not padded:
-            return
-        _check_padded_indices(accesses, outputs, padded, not_einsum)
-        top = _top_under(loc.path, scope)
+        return padded, padded_loops
+
+    def _check_einsum_padding(self, site: _EinsumSite, padded: dict[Var, PrimExpr]) -> None:
+        """Padding keeps the result: padded iterators index buffers whole, the block's loop nest
+        holds no other block, a padded reduce iterator indexes a factor of ``C = C + x * y * ...``
+        (so it adds zeros) and a padded spatial iterator indexes every output."""
+        realize, blk = site.realize, site.realize.block
+        not_einsum = _einsum_error(blk, site.frag)
+        _check_padded_indices(site.accesses, site.outputs, padded, not_einsum)
+        top = _top_under(site.loc.path, site.scope)
         others = [r.block.name for r in child_blocks(top) if r is not realize]
         if others:
             raise LoopStructureError(
@@ -829,69 +815,23 @@ class ReductionPrimitives(ScheduleState):
                         f"pads reduce iterator {var.name}, which indexes none of the multiplied operands, so padding "
                         "would not add zeros"
                     )
-        for out in outputs:
+        for out in site.outputs:
             for iv in blk.iter_vars:
-                if iv.var in padded and iv.iter_type == IterType.SPATIAL and iv.var not in accesses[out]:
+                if iv.var in padded and iv.iter_type == IterType.SPATIAL and iv.var not in site.accesses[out]:
                     raise not_einsum(f"pads spatial iterator {iv.var.name}, which does not index its output {out.name}")
 
-        # padded buffers and their copy blocks
-        buffer_map: dict[Buffer, Buffer] = {}
-        before: list[Stmt] = []
-        after: list[Stmt] = []
-        allocs: list[Buffer] = []
-        block_names: set[str] = set()
-        func_names = {b.name for b in self.func.buffers}
-        for sloc in walk_stmts(self.func.body):
-            if isinstance(sloc.node, Block):
-                block_names.add(sloc.node.name)
-                func_names.update(b.name for b in sloc.node.alloc_buffers)
-
-        def fresh(base: str, taken: set[str]) -> str:
-            name, n = base, 1
-            while name in taken:
-                name, n = f"{base}_{n}", n + 1
-            taken.add(name)
-            return name
-
-        for buf in inputs + outputs:
-            idx = accesses[buf]
-            if not any(isinstance(i, Var) and i in padded for i in idx):
-                continue
-            shape = tuple(
-                padded[i] if isinstance(i, Var) and i in padded else dim for i, dim in zip(idx, buf.shape, strict=True)
-            )
-            pbuf = Buffer(fresh(f"{buf.name}_pad", func_names), shape, buf.dtype, scope=buf.scope)
-            buffer_map[buf] = pbuf
-            allocs.append(pbuf)
-            is_read = buf in inputs
-            name = fresh(pbuf.name, block_names)
-            if is_read:
-                before.append(_copy_nest(name, buf, pbuf, pbuf.shape, True))
-            else:
-                after.append(_copy_nest(name, buf, pbuf, buf.shape, False))
-
-        def swap(node: Node) -> Node:
-            if isinstance(node, BufferLoad) and node.buffer in buffer_map:
-                return BufferLoad(buffer_map[node.buffer], tuple(swap(i) for i in node.indices))
-            if isinstance(node, BufferStore) and node.buffer in buffer_map:
-                return BufferStore(buffer_map[node.buffer], swap(node.value), node.indices)
-            if isinstance(node, BufferRegion) and node.buffer in buffer_map:
-                return BufferRegion(buffer_map[node.buffer], node.region)
-            if isinstance(node, Var | Buffer):
-                return node
-            return map_children(node, swap)
-
-        new_block = dataclasses.replace(
-            blk,
-            iter_vars=tuple(
-                IterVar(iv.var, Range(iv.dom.min, padded[iv.var]), iv.iter_type) if iv.var in padded else iv
-                for iv in blk.iter_vars
-            ),
-            reads=tuple(swap(r) for r in blk.reads),
-            writes=tuple(swap(w) for w in blk.writes),
-            body=swap(blk.body),
-            init=swap(blk.init) if blk.init is not None else None,
-        )
+    def _pad_einsum_rewrite(
+        self,
+        site: _EinsumSite,
+        new_block: Block,
+        padded_loops: dict[Var, int],
+        copies: tuple[list[Stmt], list[Stmt]],
+        allocs: list[Buffer],
+    ) -> None:
+        """Replace the block by ``new_block``, grow its padded loops, put the input copies before
+        and the output copies after its loop nest, and allocate the padded buffers in the scope."""
+        blk, scope = site.realize.block, site.scope
+        before, after = copies
         func = replace(self.func, {id(blk): new_block})
         for var, extent in padded_loops.items():
             lp_loc = find_loop(func, var)
@@ -914,6 +854,214 @@ class ReductionPrimitives(ScheduleState):
                 )
             },
         )
+
+
+@dataclasses.dataclass(frozen=True)
+class _RFactorSite:
+    """What rfactor's checks found: the block (located, and its realize), the factored loop, the
+    loops around the block, the loop variables its reduce iterators use, the combiner with the
+    update's other operand, and the position of the new dimension in the rfactor buffer."""
+
+    loc: Located
+    realize: BlockRealize
+    rf_loop: For
+    loops: list[For]
+    reduce_vars: set[Var]
+    combiner: type
+    rhs: PrimExpr
+    axis: int
+
+
+def _match_combiner(blk: Block) -> tuple[type, PrimExpr] | None:
+    """``(Add, x)`` for a block with init ``C[...] = const`` and body ``C[...] = C[...] + x`` (or
+    ``T.max``/``T.min``, either operand order, ``x`` not reading C); None for any other block."""
+    init, update = blk.init, blk.body
+    if not (
+        isinstance(init, BufferStore)
+        and isinstance(update, BufferStore)
+        and init.buffer is update.buffer
+        and init.indices == update.indices
+        and isinstance(init.value, IntImm | FloatImm)
+        and type(update.value) in (Add, Max, Min)
+    ):
+        return None
+    lhs = BufferLoad(update.buffer, update.indices)
+    a, b = update.value.a, update.value.b
+    other = b if a == lhs else a if b == lhs else None
+    if other is None or any(isinstance(n, BufferLoad) and n.buffer is update.buffer for n in _nodes(other)):
+        return None
+    return type(update.value), other
+
+
+def _rfactor_buffer(func: Any, buffer: Buffer, axis: int, extent: PrimExpr) -> Buffer:
+    """``<buffer>_rf``: ``buffer`` with a dimension of ``extent`` inserted at ``axis``, compact."""
+    rf_shape = list(buffer.shape)
+    rf_shape.insert(axis, extent)
+    return dataclasses.replace(
+        buffer,
+        name=_unique_buffer_name(func, f"{buffer.name}_rf"),
+        shape=tuple(rf_shape),
+        strides=(),
+        elem_offset=IntImm(buffer.elem_offset.dtype, 0),
+    )
+
+
+def _rf_regions(
+    regions: tuple[BufferRegion, ...],
+    buffer: Buffer,
+    rf_buffer: Buffer,
+    axis: int,
+    extra: Var,
+    rf_map: dict[Var, PrimExpr],
+) -> tuple[BufferRegion, ...]:
+    """The rfactor block's regions: ``buffer`` becomes ``rf_buffer`` with ``[extra]`` inserted at
+    ``axis``, and every bound is rewritten through ``rf_map``."""
+    out = []
+    for br in regions:
+        region = list(br.region)
+        buf = br.buffer
+        if buf is buffer:
+            region.insert(axis, Range(extra, IntImm(extra.dtype, 1)))
+            buf = rf_buffer
+        out.append(
+            BufferRegion(
+                buf,
+                tuple(
+                    Range(arith.simplify(substitute(r.min, rf_map)), arith.simplify(substitute(r.extent, rf_map)))
+                    for r in region
+                ),
+            )
+        )
+    return tuple(out)
+
+
+def _rfactor_writeback(site: _RFactorSite, rf_buffer: Buffer, rf_load: BufferLoad, extra: IterVar) -> BlockRealize:
+    """The write-back block: the original block's name and spatial iterators, reducing the
+    partial results of ``rf_buffer`` over a reduce iterator of the factored loop."""
+    realize, rf_loop = site.realize, site.rf_loop
+    blk = realize.block
+    update, buffer = blk.body, blk.body.buffer
+    wb_extra = IterVar(
+        Var(f"v{rf_loop.loop_var.name}", rf_loop.loop_var.dtype), Range(rf_loop.min, rf_loop.extent), IterType.REDUCE
+    )
+    wb_map: dict[Var, PrimExpr] = {extra.var: wb_extra.var}
+    wb_iters: list[IterVar] = [wb_extra]
+    wb_values: list[PrimExpr] = [rf_loop.loop_var]
+    for iv, value in zip(blk.iter_vars, realize.iter_values, strict=True):
+        if iv.iter_type == IterType.SPATIAL:
+            new_var = Var(iv.var.name, iv.var.dtype)
+            wb_iters.append(IterVar(new_var, iv.dom, IterType.SPATIAL))
+            wb_values.append(value)
+            wb_map[iv.var] = new_var
+    wb_lhs = substitute(BufferLoad(buffer, update.indices), wb_map)
+    wb_rhs = substitute(rf_load, wb_map)
+    wb_pred = _and_all([c for c in _conjuncts(realize.predicate) if not _uses(c, site.reduce_vars)])
+    wb_block = Block(
+        blk.name,
+        tuple(wb_iters),
+        (BufferRegion(rf_buffer, tuple(Range(i, IntImm(i.dtype, 1)) for i in wb_rhs.indices)),),
+        (BufferRegion(buffer, tuple(Range(i, IntImm(i.dtype, 1)) for i in wb_lhs.indices)),),
+        BufferStore(buffer, site.combiner(wb_lhs, wb_rhs), wb_lhs.indices),
+        BufferStore(buffer, blk.init.value, wb_lhs.indices),
+        annotations=blk.annotations,
+    )
+    return BlockRealize(tuple(wb_values), wb_pred, wb_block)
+
+
+@dataclasses.dataclass(frozen=True)
+class _EinsumSite:
+    """What pad_einsum's checks found: the block's realize and location, its scope block, the
+    indices of each buffer it accesses, its input and output buffers, and its IR fragment."""
+
+    realize: BlockRealize
+    loc: Located
+    scope: Block
+    accesses: dict[Buffer, tuple[PrimExpr, ...]]
+    inputs: list[Buffer]
+    outputs: list[Buffer]
+    frag: Callable[[], str]
+
+
+def _einsum_error(blk: Block, frag: Callable[[], str]) -> Callable[[str], NotReductionBlock]:
+    """The error pad_einsum raises when ``blk`` is no einsum it can pad, saying ``why``."""
+
+    def not_einsum(why: str) -> NotReductionBlock:
+        return NotReductionBlock(
+            f"pad_einsum needs an einsum block, but block {blk.name} {why}", block=blk.name, fragment=frag
+        )
+
+    return not_einsum
+
+
+def _fresh_name(base: str, taken: set[str]) -> str:
+    """``base``, or ``base_1``, ``base_2``, ... the first not in ``taken`` (which then holds it)."""
+    name, n = base, 1
+    while name in taken:
+        name, n = f"{base}_{n}", n + 1
+    taken.add(name)
+    return name
+
+
+def _padded_copies(
+    func: Any, site: _EinsumSite, padded: dict[Var, PrimExpr]
+) -> tuple[dict[Buffer, Buffer], list[Stmt], list[Stmt], list[Buffer]]:
+    """The padded buffer ``<A>_pad`` of each buffer a padded iterator indexes, with the copy nests
+    that fill the inputs' (before the block) and write back the outputs' (after it): returns
+    ``(buffer -> padded buffer, copies before, copies after, padded buffers)``."""
+    buffer_map: dict[Buffer, Buffer] = {}
+    before: list[Stmt] = []
+    after: list[Stmt] = []
+    allocs: list[Buffer] = []
+    block_names: set[str] = set()
+    func_names = {b.name for b in func.buffers}
+    for sloc in walk_stmts(func.body):
+        if isinstance(sloc.node, Block):
+            block_names.add(sloc.node.name)
+            func_names.update(b.name for b in sloc.node.alloc_buffers)
+    for buf in site.inputs + site.outputs:
+        idx = site.accesses[buf]
+        if not any(isinstance(i, Var) and i in padded for i in idx):
+            continue
+        shape = tuple(
+            padded[i] if isinstance(i, Var) and i in padded else dim for i, dim in zip(idx, buf.shape, strict=True)
+        )
+        pbuf = Buffer(_fresh_name(f"{buf.name}_pad", func_names), shape, buf.dtype, scope=buf.scope)
+        buffer_map[buf] = pbuf
+        allocs.append(pbuf)
+        is_read = buf in site.inputs
+        name = _fresh_name(pbuf.name, block_names)
+        if is_read:
+            before.append(_copy_nest(name, buf, pbuf, pbuf.shape, True))
+        else:
+            after.append(_copy_nest(name, buf, pbuf, buf.shape, False))
+    return buffer_map, before, after, allocs
+
+
+def _padded_block(blk: Block, buffer_map: dict[Buffer, Buffer], padded: dict[Var, PrimExpr]) -> Block:
+    """``blk`` with its padded iterators' domains grown and its padded buffers swapped in."""
+
+    def swap(node: Node) -> Node:
+        if isinstance(node, BufferLoad) and node.buffer in buffer_map:
+            return BufferLoad(buffer_map[node.buffer], tuple(swap(i) for i in node.indices))
+        if isinstance(node, BufferStore) and node.buffer in buffer_map:
+            return BufferStore(buffer_map[node.buffer], swap(node.value), node.indices)
+        if isinstance(node, BufferRegion) and node.buffer in buffer_map:
+            return BufferRegion(buffer_map[node.buffer], node.region)
+        if isinstance(node, Var | Buffer):
+            return node
+        return map_children(node, swap)
+
+    return dataclasses.replace(
+        blk,
+        iter_vars=tuple(
+            IterVar(iv.var, Range(iv.dom.min, padded[iv.var]), iv.iter_type) if iv.var in padded else iv
+            for iv in blk.iter_vars
+        ),
+        reads=tuple(swap(r) for r in blk.reads),
+        writes=tuple(swap(w) for w in blk.writes),
+        body=swap(blk.body),
+        init=swap(blk.init) if blk.init is not None else None,
+    )
 
 
 def _top_under(path: tuple[Stmt, ...], scope: Block) -> Stmt:

@@ -373,10 +373,24 @@ def _match_store(
 ) -> dict[str, BufferRegion]:
     """The regions of the intrinsic's operands when the tile's store ``w_store`` (one operand
     order) computes the description; raises :class:`_TileMismatch` otherwise."""
+    m = _match_statement(inner, desc, intr, w_store)
+    by_op = _operand_buffers(m, inner, intr)
+    # Iterators: the tile's iterators map one-to-one onto the intrinsic's; those of extent 1 on
+    # either side are fixed at their start (blockize drops such a loop of the tile).
+    accesses = _fix_unit_iterators(m.accesses, desc, inner)
+    mapping = _iterator_mapping(accesses, m, inner, desc, intr)
+    _check_tile_loops(loops, intr)
+    regions = _operand_regions(accesses, by_op, mapping, inner, intr)
+    _check_layouts(regions, intr)
+    return regions
+
+
+def _match_statement(inner: Block, desc: Block, intr: Intrinsic, w_store: BufferStore) -> _Matcher:
+    """Match the tile's store against the description's (output dtype, statement structure, the
+    accumulation's form); returns the matcher holding the buffer and access correspondence."""
     err = _TileMismatch
     d_store = desc.body
     out_op = intr.output
-    d_bufs = intr.buffers
     if w_store.buffer.dtype != out_op.dtype:
         raise err(
             f"operand {out_op.name} is buffer {w_store.buffer.name} of dtype {w_store.buffer.dtype}, but the "
@@ -413,10 +427,15 @@ def _match_store(
             m.expr(d_store.value, w_store.value)
     except _Mismatch as e:
         raise err(f"the inner block {inner.name} does not compute the intrinsic's semantics ({e})") from None
-    # dtypes and scopes.
+    return m
+
+
+def _operand_buffers(m: _Matcher, inner: Block, intr: Intrinsic) -> dict[str, Buffer]:
+    """The tile's buffer of each intrinsic operand, checked for the operand's dtype and scope."""
+    err = _TileMismatch
     ops = {o.name: o for o in intr.operands}
     by_op: dict[str, Buffer] = {}
-    for op_name, d_buf in d_bufs.items():
+    for op_name, d_buf in intr.buffers.items():
         w_buf = m.buffers.get(d_buf)
         if w_buf is None:
             raise err(f"operand {op_name} is not used by the inner block {inner.name}")
@@ -431,9 +450,17 @@ def _match_store(
                 f"operand {op_name} is buffer {w_buf.name} in scope {w_buf.scope}, the intrinsic needs {op.scope}"
             )
         by_op[op_name] = w_buf
-    # Iterators: the tile's iterators map one-to-one onto the intrinsic's; those of extent 1 on
-    # either side are fixed at their start (blockize drops such a loop of the tile).
-    accesses = _fix_unit_iterators(m.accesses, desc, inner)
+    return by_op
+
+
+def _iterator_mapping(
+    accesses: dict[Buffer, list], m: _Matcher, inner: Block, desc: Block, intr: Intrinsic
+) -> dict[Var, Var]:
+    """The tile's iterator that plays each iterator of the description, read off the accesses;
+    every intrinsic iterator of extent other than 1 is played by exactly one tile iterator of
+    the same kind and extent, and no other tile iterator has an extent other than 1."""
+    err = _TileMismatch
+    d_bufs = intr.buffers
     inner_vars = {iv.var: iv for iv in inner.iter_vars}
     d_iters = {iv.var: (iv, it) for iv, it in zip(desc.iter_vars, intr.iterators, strict=True)}
     mapping: dict[Var, Var] = {}
@@ -491,7 +518,13 @@ def _match_store(
     ]
     if extra_ext:
         raise err(f"iterators {', '.join(extra_ext)} of block {inner.name} play no intrinsic iterator")
-    # The loops must run exactly over the iterators' domains.
+    return mapping
+
+
+def _check_tile_loops(loops: list[For], intr: Intrinsic) -> None:
+    """The tile's loops have constant extents and run exactly as many iterations as the
+    intrinsic's iterators."""
+    err = _TileMismatch
     loop_product = 1
     for f in loops:
         e = arith.simplify(f.extent)
@@ -506,7 +539,18 @@ def _match_store(
             f"the tile's loops run {loop_product} iterations but the intrinsic's iterators "
             f"({', '.join(f'{it.name}={it.extent}' for it in intr.iterators)}) run {want}"
         )
-    # Accesses: the same as the description's, dimension order kept.
+
+
+def _operand_regions(
+    accesses: dict[Buffer, list], by_op: dict[str, Buffer], mapping: dict[Var, Var], inner: Block, intr: Intrinsic
+) -> dict[str, BufferRegion]:
+    """The region of each operand in the tile's buffer; every access must be the description's
+    with the dimensions in the same order."""
+    err = _TileMismatch
+    ops = {o.name: o for o in intr.operands}
+    inner_vars = {iv.var: iv for iv in inner.iter_vars}
+    zero = {v: IntImm(v.dtype, 0) for v in inner_vars}
+    d_bufs = intr.buffers
     to_w = dict(mapping)
     regions: dict[str, BufferRegion] = {}
     for op_name, d_buf in d_bufs.items():
@@ -540,7 +584,13 @@ def _match_store(
                         ext = 1
                     ranges.append(Range(s, IntImm(s.dtype, ext)))
                 regions[op_name] = BufferRegion(w_buf, tuple(ranges))
-    # Layout safety.
+    return regions
+
+
+def _check_layouts(regions: dict[str, BufferRegion], intr: Intrinsic) -> None:
+    """Layout safety: an operand that must be contiguous is one block of memory, and one with a
+    row stride has unit-stride rows."""
+    err = _TileMismatch
     for op in intr.operands:
         region = regions[op.name]
         if op.contiguous or (op.numel > 1 and isinstance(intr.impl, LLVMImpl)):
@@ -554,7 +604,6 @@ def _match_store(
             strides = region_strides(region.buffer)
             if strides is None or strides[-1] != 1:
                 raise err(f"operand {op.name} needs unit-stride rows in buffer {region.buffer.name}")
-    return regions
 
 
 def _i32() -> DataType:

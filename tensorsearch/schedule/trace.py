@@ -27,13 +27,9 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .rv import RV, BlockRV, ExprRV, LoopRV, rv_from_name
-
-if TYPE_CHECKING:
-    from .schedule import Schedule
-
 
 TRACE_FORMAT_NAME = "tensorsearch.trace"
 TRACE_VERSION = 1
@@ -88,14 +84,19 @@ def _collect_rvs(value: Any, out: list[RV]) -> None:
             _collect_rvs(v, out)
 
 
-def _map_rvs(value: Any, fn: Callable[[RV], Any]) -> Any:
+def map_rvs(value: Any, fn: Callable[[RV], Any]) -> Any:
+    """An instruction argument with every random variable in it (inside lists and tuples too)
+    replaced by ``fn(rv)``."""
     if isinstance(value, RV):
         return fn(value)
     if isinstance(value, list):
-        return [_map_rvs(v, fn) for v in value]
+        return [map_rvs(v, fn) for v in value]
     if isinstance(value, tuple):
-        return tuple(_map_rvs(v, fn) for v in value)
+        return tuple(map_rvs(v, fn) for v in value)
     return value
+
+
+_map_rvs = map_rvs  # alias until search/ is updated
 
 
 class _Namer:
@@ -141,6 +142,13 @@ def _unplain(value: Any, rvs: dict[str, RV]) -> Any:
     if isinstance(value, list):
         return [_unplain(v, rvs) for v in value]
     return value
+
+
+class ScheduleLike(Protocol):
+    """What a trace is replayed on (a :class:`~.schedule.Schedule`): each instruction kind is the
+    method of the same name, and the calls are recorded in its own ``trace``."""
+
+    trace: Trace
 
 
 class Trace:
@@ -256,7 +264,7 @@ class Trace:
     # --- replay -------------------------------------------------------------------------
     def apply(
         self,
-        sch: Schedule,
+        sch: ScheduleLike,
         decision_provider: Callable[[Instruction, Any], Any] | None = None,
         remove_postproc: bool = False,
     ) -> dict[RV, RV]:
@@ -277,14 +285,14 @@ class Trace:
         for inst in self.insts:
             if remove_postproc and inst.kind.name == "enter_postproc":
                 break
-            kwargs = {name: _map_rvs(value, lookup) for name, value in inst.args}
+            kwargs = {name: map_rvs(value, lookup) for name, value in inst.args}
             if inst.kind.sampling:
                 decision = inst.decision
                 if decision_provider is not None:
                     decision = decision_provider(inst, decision)
                 kwargs["decision"] = decision
             out = getattr(sch, inst.kind.name)(**kwargs)
-            new_outputs = _flatten_outputs(out)
+            new_outputs = flatten_outputs(out)
             if len(new_outputs) != len(inst.outputs):
                 raise ValueError(
                     f"replaying {inst.kind.name} gave {len(new_outputs)} random variables where the trace has {len(inst.outputs)}"
@@ -355,7 +363,8 @@ def _returns_list(inst: Instruction) -> bool:
 LIST_RESULT_KINDS = {"get_loops", "get_child_blocks", "get_producers", "get_consumers", "split", "sample_perfect_tile"}
 
 
-def _flatten_outputs(out: Any) -> list[RV]:
+def flatten_outputs(out: Any) -> list[RV]:
+    """The random variables a primitive returned (one, a list or tuple of them, or none), in order."""
     if out is None:
         return []
     if isinstance(out, RV):
@@ -363,6 +372,9 @@ def _flatten_outputs(out: Any) -> list[RV]:
     if isinstance(out, list | tuple):
         return [x for x in out if isinstance(x, RV)]
     return []
+
+
+_flatten_outputs = flatten_outputs  # alias until search/ is updated
 
 
 def _py(value: Any, namer: _Namer) -> str:

@@ -26,7 +26,7 @@ from ..ir import (
     children,
     seq,
 )
-from ..ir.functor import _Substitute
+from ..ir.functor import Substituter
 from ..ir.identity_cache import MISSING, IdentityCache
 
 
@@ -280,7 +280,7 @@ def substitute_loop_vars(stmt: Stmt, mapping: dict[Var, PrimExpr]) -> Stmt:
     return _SubstituteLoopVars(mapping.get).visit(stmt)
 
 
-class _SubstituteLoopVars(_Substitute):
+class _SubstituteLoopVars(Substituter):
     def visit(self, node: Node) -> Any:
         t = type(node)
         if t is Block:

@@ -31,10 +31,11 @@ from collections.abc import Callable, Mapping
 from collections.abc import Iterator as _It
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..ir import Block, Buffer, DataType, IterType, PrimFunc, parse_dtype
 from .llvm_check import Answer, accepted_change, check_calls, dtype_text, llvm_type, llvm_version
+from .operands import Iterator, Operand
 from .reader import (
     KNOWN_ARCHES,
     NAME_RE,
@@ -49,9 +50,7 @@ from .reader import (
     search_path,
 )
 from .semantics import SemanticsIR, build_semantics
-
-if TYPE_CHECKING:
-    from .hardware import Hardware
+from .traits import HardwareTraits
 
 __all__ = [
     "CudaImpl",
@@ -117,58 +116,6 @@ MEMORY_SCOPES = ("global", "shared", "local")  # addressable scopes; any other s
 
 # --------------------------------------------------------------------------------------------
 # The objects
-
-
-@dataclass(frozen=True)
-class Operand:
-    """One operand of an intrinsic: a ``shape`` region of ``dtype`` elements in ``scope``.
-
-    Layout constraints on the region it is applied to: ``contiguous`` (one dense row-major block,
-    e.g. loaded as one vector), else ``row_stride`` ("any", or a fixed stride in elements; the
-    innermost dimension is dense) with ``row_stride_multiple``; neither: no constraint (opaque
-    fragments). ``alignment`` is the required alignment of the first element in bytes (0: the
-    element's own).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: DataType
-    role: str  # input | output | accumulator
-    scope: str = "global"
-    contiguous: bool = False
-    row_stride: str | int | None = None
-    row_stride_multiple: int = 1
-    alignment: int = 0
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for s in self.shape:
-            n *= s
-        return n
-
-    @property
-    def vector_type(self) -> DataType:
-        """The whole operand as one vector: ``int8x64`` for a 16x4 int8 operand."""
-        return self.dtype.with_lanes(self.numel)
-
-    @property
-    def is_written(self) -> bool:
-        return self.role != "input"
-
-    @property
-    def layout(self) -> str:
-        """``"contiguous"``, ``"strided_rows"`` (dense rows at some row stride) or ``"any"``."""
-        return "contiguous" if self.contiguous else "strided_rows" if self.row_stride is not None else "any"
-
-
-@dataclass(frozen=True)
-class Iterator:
-    """A named iterator of the semantics: kind spatial or reduce, domain ``[0, extent)``."""
-
-    name: str
-    kind: IterType
-    extent: int
 
 
 @dataclass(frozen=True)
@@ -301,7 +248,7 @@ class Requirements:
     features: tuple[str, ...] = ()
     compute_capability: tuple[int, int] | None = None
 
-    def why_not(self, hw: Hardware) -> str | None:
+    def why_not(self, hw: HardwareTraits) -> str | None:
         """None when ``hw`` (a Hardware) meets the requirements, else the reason in words."""
         kind = "cpu" if self.target == "llvm" else "gpu"
         if hw.kind != kind:
@@ -425,7 +372,7 @@ class Intrinsic:
         return dict(self._ir().buffers)
 
     # targets ---------------------------------------------------------------------------
-    def why_not(self, hw: Hardware) -> str | None:
+    def why_not(self, hw: HardwareTraits) -> str | None:
         """None when ``hw`` can run it, else why not."""
         reason = self.requires.why_not(hw)
         if reason is not None:
@@ -435,7 +382,7 @@ class Intrinsic:
                 return f"{self.name}: operand {o.name} is in scope {o.scope}, which {hw.name} does not have"
         return None
 
-    def for_target(self, hw: Hardware) -> bool:
+    def for_target(self, hw: HardwareTraits) -> bool:
         """Whether ``hw`` can run this intrinsic (see :meth:`why_not`)."""
         return self.why_not(hw) is None
 
@@ -1373,7 +1320,7 @@ def load_intrinsic(path_or_name: str | os.PathLike[str]) -> IntrinsicSet:
     return _load_path(path)
 
 
-def resolve_sets(hw: Hardware, names: tuple[str, ...], ctx: Ctx) -> tuple[IntrinsicSet, ...]:
+def resolve_sets(hw: HardwareTraits, names: tuple[str, ...], ctx: Ctx) -> tuple[IntrinsicSet, ...]:
     """Load the sets a hardware descriptor lists (``ctx`` is its ``intrinsics`` key) and check them."""
     near = Path(hw.source).resolve().parent if hw.source and hw.source != "<string>" else None
     sets: list[IntrinsicSet] = []

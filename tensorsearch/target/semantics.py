@@ -46,9 +46,9 @@ from ..ir import (
     parse_dtype,
 )
 from ..ir.dtype import int32
+from .operands import Iterator, Operand
 
 if TYPE_CHECKING:
-    from .intrinsics import Iterator, Operand
     from .reader import Ctx
 
 _FUNCS = ("cast", "min", "max")
