@@ -103,8 +103,9 @@ def _mutated(space, n: int, seed: int) -> tuple[float, list[str]]:
 
 
 def _round_context():
-    """What a search round runs under in the tensorsearch being measured: since stop 26 a round
-    (``EvolutionarySearch.next_batch``) runs with fewer garbage collections; before, nothing."""
+    """What a search round runs under in the tensorsearch being measured: a round
+    (``EvolutionarySearch.next_batch``) runs with fewer garbage collections where the measured
+    tree has ``tensorsearch.search.parallel.fewer_collections``; in an older tree, nothing."""
     try:
         from tensorsearch.search.parallel import fewer_collections
     except ImportError:

@@ -8,7 +8,7 @@ It writes ``vnni_gemm.csv`` and ``vnni_gemm.md`` under ``--out`` (default
 ``results/bench_vnni_gemm/``, git-ignored; ``--update-tracked`` writes them into the tracked
 ``experiments/results/``, see ``experiments/outputs.py``).
 
-Issue 5's acceptance: the tensorized int8 GEMM (``GMM`` batch 1, 1024^3, X uint8 [i, k], Y int8
+The target: the tensorized int8 GEMM (``GMM`` batch 1, 1024^3, X uint8 [i, k], Y int8
 [k, j] in plain layout, Z int32) reaches at least 50% of the vpdpbusd peak of this machine,
 measured in the same run by a register-only loop.
 

@@ -18,7 +18,7 @@ threads, ``inference_mode``, random weights): torch is never imported here.
 Each model's work dir is ``<out>/work/<model>-<hardware>``: running the same command again
 resumes every model where it stopped (a finished one only compiles and times again).
 
-Targets on the 2-core machine (issue 15): every float32 model at or below onnxruntime's latency
+Targets on a 2-core machine: every float32 model at or below onnxruntime's latency
 (onnxruntime measured there: ResNet-50 43 ms, MobileNet-V2 5.1 ms, ViT-B/16 217 ms), int8
 ResNet-50 and BERT-base faster than onnxruntime's int8.
 

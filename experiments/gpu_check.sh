@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The prepared GPU check (issue 17): on a GPU machine that reaches no package registry, in at most
+# The prepared GPU check: on a GPU machine that reaches no package registry, in at most
 # 8 minutes. It
 #   1. installs pycuda (the `cuda` extra) from files carried in .whl/ (git-ignored): a pycuda wheel
 #      built by an earlier run if there is one, else the pycuda sdist built here (the wheel it

@@ -7,8 +7,8 @@ Run from the repository root:
                                    [--hardware NAME [--allow-other-cpu]] [--weights-ahead]
 
 For every operator (``NAME`` is its first table shape, ``NAME:I`` shape ``I``; the default list is
-the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM the
-issue's targets name; ``NAME:I@T`` tunes that one for ``T`` trials) and every dtype, it tunes the
+the paper's C1D C2D C3D DEP DIL GMM GRP T2D at shape 0 plus ``GMM:3``, the 1024^3 GEMM of the
+int8 targets; ``NAME:I@T`` tunes that one for ``T`` trials) and every dtype, it tunes the
 workload on ``hardware.load("host")`` (or ``--hardware NAME``, a descriptor this machine is, or runs with ``--allow-other-cpu``) for ``--trials`` trials, checks the best module against numpy on fresh random inputs, then re-times
 it over ``--rounds`` rounds interleaved with the references measured in the same run:
 

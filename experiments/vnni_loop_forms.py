@@ -1,4 +1,4 @@
-"""How fast can a `vpdpbusd` loop run on this CPU once it loads its operands? (issue 11)
+"""How fast can a `vpdpbusd` loop run on this CPU once it loads its operands?
 
 The int8 targets are fractions of a register-only `vpdpbusd` peak. This probe times the inner
 step of our tuned int8 GEMM (4 rows x 4 vectors: 16 `vpdpbusd` on 16 accumulators, 4 four-byte
