@@ -132,7 +132,11 @@ def test_doc_blocks_run(path: Path, tmp_path: Path):
             cmd = [sys.executable, "-c", b.code]
         r = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900)
         where = f"{rel(path)}:{b.line} ({b.lang} block)"
-        assert r.returncode == 0, f"{where} failed ({r.returncode}):\n{b.code}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+        assert r.returncode == 0, (
+            f"{where} failed ({r.returncode}):\n{b.code}\n--- stdout\n{r.stdout[-3000:]}\n--- stderr\n{r.stderr[-3000:]}"
+        )
         if b.expected is not None:
             missing = matches(b.expected, r.stdout + r.stderr)
-            assert missing is None, f"{where}: no output line matches {missing!r}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+            assert missing is None, (
+                f"{where}: no output line matches {missing!r}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
+            )
