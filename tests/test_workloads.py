@@ -114,7 +114,8 @@ def test_names_shapes_and_dtypes():
     for n in NAMES:
         assert W.shapes(n) == TABLE[n]
         assert len(W.arg_names(n)) == len(TABLE[n][0])
-        expected = ("float32", "float16", "int8") if n in INT8 else ("float32", "float16")
+        floats = ("float32", "float16", "bfloat16")
+        expected = (*floats, "int8", "int16") if n in INT8 else floats
         assert W.dtypes(n) == expected
         assert isinstance(W.describe(n), str) and "\n" not in W.describe(n)
 
@@ -138,10 +139,15 @@ def test_errors_name_the_valid_choices():
     with pytest.raises(ValueError, match="index 4"):
         W.get("GMM", 4)
     with pytest.raises(ValueError, match="float32"):
-        W.get("GMM", 0, "bfloat16")
+        W.get("GMM", 0, "float64")
     for n in ["NRM", "SFM", "CBR", "C2D_WIN_NHWC"]:
-        with pytest.raises(ValueError, match=rf"{n} does not support dtype 'int8'; it supports float32, float16"):
-            W.get(n, 0, "int8")
+        for dtype in ("int8", "int16"):
+            with pytest.raises(
+                ValueError, match=rf"{n} does not support dtype '{dtype}'; it supports float32, float16, bfloat16$"
+            ):
+                W.get(n, 0, dtype)
+    with pytest.raises(ValueError, match=r"unknown workload 'C2'; did you mean C2D\?"):
+        W.get("C2")
     with pytest.raises(ValueError, match=r"4 integer arguments \(B, N, M, K\)"):
         W.make("GMM", (1, 2, 3))
     with pytest.raises(ValueError, match="groups=4 must divide"):
@@ -187,12 +193,26 @@ def test_make_inputs(case):
 
 
 def test_int8_full_shapes_stay_in_int32():
-    """The largest |sum| a full int8 shape can reach fits in int32."""
+    """The largest |sum| a full int8 or int16 shape can reach with make_inputs' ranges fits in int32."""
     for n in sorted(INT8):
         for i in range(len(TABLE[n])):
             wl = W.get(n, i, "int8")
             terms = wl.reduction_size if n != "T2D" else wl.args[5] ** 2 * wl.args[3]
             assert terms * 255 * 128 < 2**31, (n, i)
+            assert terms * 256 * 256 < 2**31, (n, i)  # int16: both operands in [-256, 255]
+
+
+def test_bfloat16_and_int16_forms():
+    import ml_dtypes
+
+    wl = W.get("GMM", 0, "bfloat16")
+    assert [t.dtype for t in (*wl.inputs, *wl.outputs)] == ["bfloat16", "bfloat16", "float32"]
+    x, _ = wl.make_inputs(np.random.default_rng(0))
+    assert x.dtype == np.dtype(ml_dtypes.bfloat16)
+    wl = W.get("GMM", 0, "int16")
+    assert [t.dtype for t in (*wl.inputs, *wl.outputs)] == ["int16", "int16", "int32"]
+    x, y = wl.make_inputs(np.random.default_rng(0))
+    assert x.min() >= -256 and x.max() <= 255 and y.min() < -128 and y.max() > 127
 
 
 # ---------------------------------------------------------------------------------------
