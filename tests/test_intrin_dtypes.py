@@ -356,7 +356,8 @@ def test_wrong_llvm_signature_is_one_line_naming_file_and_key(tmp_path, text, ke
     err = info.value
     message = str(err)
     assert err.source == str(path) and err.key == key, message
-    assert message.startswith(f"{path}: {key}: ") and "\n" not in message
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert message.startswith(f"{where}: {key}: ") and "\n" not in message
     for fragment in fragments:
         assert fragment in message, message
 

@@ -480,7 +480,8 @@ def test_broken_intrinsic_file_names_file_key_and_mistake(tmp_path, text, key, f
     err = info.value
     assert isinstance(err, HardwareError) and err.source == str(path) and err.key == key
     message = str(err)
-    assert message.startswith(f"{path}: {key}: " if key else f"{path}: ")
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert message.startswith(f"{where}: {key}: " if key else f"{where}: ")
     for fragment in fragments:
         assert fragment in message, message
 
@@ -551,7 +552,8 @@ def test_broken_hardware_file_names_file_key_and_mistake(tmp_path, base, old, ne
         hardware.load(path)
     err = info.value
     assert err.source == str(path) and err.key == key, str(err)
-    assert str(err).startswith(f"{path}: {key}: ")
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert str(err).startswith(f"{where}: {key}: ")
     for fragment in fragments:
         assert fragment in str(err), str(err)
 
