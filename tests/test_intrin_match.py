@@ -353,7 +353,7 @@ def test_fused_mappings_compute_the_convolution(vnni, name, args):
 
 
 def test_cli_match(capsys):
-    assert main(["match", "GMM", "--hardware", "x86-emeraldrapids"]) == 0
+    assert main(["match", "GMM", "--dtype", "int8", "--hardware", "x86-emeraldrapids"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# GMM[0] int8 args=(1, 128, 128, 128) on x86-emeraldrapids")
     assert f"block Z vs intrinsic {VNNI}: 1 feasible mapping(s)" in out
@@ -363,7 +363,17 @@ def test_cli_match(capsys):
     assert "NO feasible mapping" in out and "no workload iterator plays the role of i" in out
     assert "PadInput" not in out.split("\n")[2]
     assert main(["match", "GMM", "--dtype", "float32", "--hardware", "x86-emeraldrapids"]) == 0
-    assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in captured.out
+    assert "warning" not in captured.err  # float32 was asked for
+    # without --dtype: float32, as for show and tune, and a note that the VNNI unit takes int8
+    assert main(["match", "GMM", "--hardware", "x86-emeraldrapids"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("# GMM[0] float32 args=(1, 128, 128, 128)")
+    assert captured.err.startswith(
+        "tensorsearch match: warning: GMM float32 (the default): none of x86-emeraldrapids's tensor intrinsics "
+        "takes float32, so none is used; vnni_dot_16x4_u8i8i32 takes int8: add --dtype int8 to use them"
+    )
     assert main(["match", "GMM", "--hardware", "x86-emeraldrapids", "--block", "nope"]) == 2
     assert "has no block 'nope'" in capsys.readouterr().err
 
