@@ -1,4 +1,4 @@
-"""Property-based differential test of compiled code (issue 4 acceptance).
+"""Property-based differential test of compiled code: random schedules, built natively, agree with the interpreter.
 
 The schedule fuzz (tests/test_schedule_fuzz.py) extended to native code: random sequences of
 schedule primitives are applied to small workloads; a primitive either succeeds or raises a

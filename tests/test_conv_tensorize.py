@@ -1,4 +1,4 @@
-"""Every convolution kind tensorized with VNNI through the design space (issue 11, part 1).
+"""Every convolution kind tensorized with VNNI through the design space.
 
 Each kind (C1D, C2D with 3 input channels and 1x1, C3D, DIL, GRP, T2D) is sampled from its int8 design
 space at a reduced shape; the tensorized program runs in the interpreter with numpy models of

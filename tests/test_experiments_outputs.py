@@ -1,4 +1,4 @@
-"""The benchmarks in experiments/ write where they are told, never over tracked results by default (issue 13).
+"""The benchmarks in experiments/ write where they are told, never over tracked results by default.
 
 ``experiments/outputs.py`` gives every script ``--out DIR`` (default ``results/<script>/``,
 git-ignored) and ``--update-tracked`` (the only way to write into ``experiments/results/``). Nothing

@@ -1,5 +1,5 @@
 """ONNX files that torch itself exported from torchvision's ResNet-50, MobileNet-V2 and ViT-B/16
-(random weights) import, compile for the host and match onnxruntime (issue 14).
+(random weights) import, compile for the host and match onnxruntime.
 
 torch is never a dependency of tensorsearch or CI: the files come from a side environment,
 

@@ -1,4 +1,4 @@
-"""bfloat16 and float16 in intrinsic YAML (issue 12, part 4).
+"""bfloat16 and float16 in intrinsic YAML.
 
 bfloat16 / float16 operands, ``then`` steps on them (reinterpret, cast), LLVM intrinsics declared
 with ``<N x bfloat>`` / ``<N x half>`` vectors (AVX512-BF16 vdpbf16ps, AVX512-FP16 vmaxph, compiled

@@ -1,4 +1,4 @@
-"""The auto-tensorization matcher and tile_with_intrin (issue 5, parts 3 and 4's tiling step).
+"""The auto-tensorization matcher and tile_with_intrin: which mappings exist and why others fail, and the tiling that applies one.
 
 Each report is checked for the mapping it states (which workload iterators play which intrinsic
 iterator, the padding, the layout transforms) and for the reasons it gives; tile_with_intrin's

@@ -79,7 +79,7 @@ def test_tune_int8_gemm_with_vnni_or_amx(tmp_path):
         ts.compile_best(wl.func, other, tmp_path)
 
 
-# DEP:0's six finalists (float32, Zen 4, stop 44), ms per round: the host ran round 1 about 1.5x
+# DEP:0's six finalists (float32, Zen 4, from a recorded run), ms per round: the host ran round 1 about 1.5x
 # slower than round 3, and candidate "a" (a write cache; 0.051 ms against b's 0.078 side by side)
 # was timed first in round 2, while the slow spell ended.
 DEP0_FINALIST_ROUNDS = {

@@ -1,4 +1,4 @@
-"""split_stride_phases (issue 11): a transposed convolution's stride-parity Select becomes dense
+"""split_stride_phases: a transposed convolution's stride-parity Select becomes dense
 stride-phase blocks. Expected IR, exact results against numpy (interpreted and compiled) on fresh
 random inputs, the VNNI matcher on every phase block, and blocks without the pattern left alone."""
 

@@ -1,4 +1,4 @@
-"""experiments/vs_tvm.py's int8 rows take the weights packed ahead on both sides (issue 11).
+"""experiments/vs_tvm.py's int8 rows take the weights packed ahead on both sides.
 
 Nothing here imports ``tvm``: tvm_worker.py's numpy packing is checked against the index map
 its ``transform_layout`` applies, and our side's programs (the main part on weights packed once,
