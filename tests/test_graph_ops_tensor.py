@@ -409,7 +409,6 @@ def _ops_of_this_module() -> list[str]:
     return [op for op, low in registry.LOWERINGS.items() if low.fn.__module__.endswith("ops_tensor")]
 
 
-@pytest.mark.skipif(lowering_of("MatMul") is None, reason="MatMul has no lowering on this branch (helper nn's ops)")
 @pytest.mark.parametrize("name", MODELS)
 def test_reduced_models_import(name):
     from tensorsearch.graph import models
