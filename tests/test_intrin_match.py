@@ -358,7 +358,10 @@ def test_cli_match(capsys):
     assert out.startswith("# GMM[0] int8 args=(1, 128, 128, 128) on x86-emeraldrapids")
     assert f"block Z vs intrinsic {VNNI}: 1 feasible mapping(s)" in out
     assert "i (spatial, extent 16) <- v_j (extent 128; 8 tiles)" in out
-    assert main(["match", "DEP", "--hardware", "x86-emeraldrapids", "--block", "depth_conv2d_nhwc"]) == 0
+    assert (
+        main(["match", "DEP", "--dtype", "int8", "--hardware", "x86-emeraldrapids", "--block", "depth_conv2d_nhwc"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "NO feasible mapping" in out and "no workload iterator plays the role of i" in out
     assert "PadInput" not in out.split("\n")[2]

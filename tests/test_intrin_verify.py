@@ -187,7 +187,7 @@ def test_a_wrong_accumulate_dtype_is_refused_when_the_file_loads(tmp_path):
     with pytest.raises(IntrinsicError) as info:
         target.load_intrinsic(path)
     assert str(info.value).startswith(
-        f"{path}: intrinsics[0].llvm.returns: expected int16x8: the stored operand C ([8] int16) as one vector, "
+        f"{path}:26: intrinsics[0].llvm.returns: expected int16x8: the stored operand C ([8] int16) as one vector, "
         "found 'int32x8'"
     )
 
