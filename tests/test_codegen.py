@@ -7,6 +7,7 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from seeds import seeded_rng
 
 import tensorsearch.target
 from tensorsearch import interpret
@@ -19,7 +20,7 @@ from tensorsearch.script import parse
 
 
 def rng() -> np.random.Generator:
-    return np.random.default_rng()
+    return seeded_rng()
 
 
 def run_both(src: str, *arrays: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+from seeds import seeded_rng
 
 from tensorsearch import hardware
 from tensorsearch.runtime.cross import CrossRunError, aarch64_tools_available, run_aarch64
@@ -148,7 +149,7 @@ def tools():
 
 
 def test_vector_add_under_qemu(tools, tmp_path):
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     a = rng.standard_normal(N_VADD).astype(np.float32)
     b = rng.standard_normal(N_VADD).astype(np.float32)
     c = rng.standard_normal(N_VADD).astype(np.float32)  # overwritten by the function
@@ -163,7 +164,7 @@ def test_vector_add_under_qemu(tools, tmp_path):
 
 
 def test_int8_dot_product_with_sdot_under_qemu(tools):
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     a = rng.integers(-128, 128, size=(M_DOT, K_DOT), dtype=np.int8)
     b = rng.integers(-128, 128, size=K_DOT, dtype=np.int8)
     out = rng.integers(1, 100, size=M_DOT, dtype=np.int32)
@@ -174,7 +175,7 @@ def test_int8_dot_product_with_sdot_under_qemu(tools):
 
 
 def test_libm_calls_link(tools):
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     x = rng.uniform(-5, 5, size=100).astype(np.float32)
     y = rng.standard_normal(100).astype(np.float32)
     obj, _ = _compile(EXP_IR)
@@ -235,7 +236,7 @@ def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
     if reason is not None:
         pytest.skip(reason)
     obj = mod.save_object(tmp_path / "gemm.o")
-    inputs = wl.make_inputs(np.random.default_rng())
+    inputs = wl.make_inputs(seeded_rng())
     outputs = [np.zeros(t.shape, t.dtype) for t in wl.outputs]
     results = run_aarch64(obj, mod.name, [*inputs, *outputs])
     wl.check(results[len(inputs) :], wl.reference(*inputs))
