@@ -37,6 +37,7 @@ def errors(proc: subprocess.CompletedProcess) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_hardware_this_cpu_cannot_run_is_refused_before_the_search(tmp_path):
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("the refusal is shown with an aarch64 descriptor on an x86-64 host")
@@ -47,6 +48,7 @@ def test_hardware_this_cpu_cannot_run_is_refused_before_the_search(tmp_path):
     assert not (tmp_path / "w" / "database").exists()
 
 
+@pytest.mark.slow
 def test_hardware_of_another_cpu_is_refused_in_one_line_unless_allowed(tmp_path):
     """Code for another CPU of this architecture would run here, and its timings be this
     machine's, filed as the other CPU's: refused, naming this CPU and the opt-in."""
@@ -72,6 +74,7 @@ def test_hardware_of_another_cpu_is_refused_in_one_line_unless_allowed(tmp_path)
     assert "--allow-other-cpu" in run("tune", "--help", cwd=tmp_path).stdout
 
 
+@pytest.mark.slow
 def test_work_dir_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "w").write_text("not a directory")
     proc = run("tune", "GMM", "--hardware", "host", "--trials", "4", "--work-dir", "w", cwd=tmp_path)
@@ -79,6 +82,7 @@ def test_work_dir_that_is_a_file_is_refused(tmp_path):
     assert errors(proc) == ["tensorsearch tune: error: argument --work-dir: w exists and is not a directory"]
 
 
+@pytest.mark.slow
 def test_work_dir_that_cannot_be_written_is_refused_before_the_search(tmp_path):
     if not Path("/proc/self").exists():
         pytest.skip("uses /proc, where no directory can be made")
@@ -138,6 +142,7 @@ def test_a_closed_pipe_ends_quietly(tmp_path):
     assert "Traceback" not in proc.stderr and "BrokenPipe" not in proc.stderr, proc.stderr
 
 
+@pytest.mark.slow
 def test_debug_shows_the_traceback_and_keeps_the_exit_code(tmp_path):
     proc = run("tune", "NOPE", "--hardware", "host", "--trials", "4", "--debug", cwd=tmp_path)
     assert proc.returncode == 2 and "Traceback" in proc.stderr  # 2, as without --debug: a mistake in NAME
@@ -162,6 +167,7 @@ def test_a_bug_is_one_line_and_says_how_to_see_more(monkeypatch, capsys):
 
 # SIGHUP takes SIGTERM's handler (catch_stop_signals); the test after this one checks it in process
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=lambda s: s.name)
+@pytest.mark.slow
 def test_a_signal_stops_a_tune_cleanly_and_keeps_every_record(tmp_path, sig):
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
     # Ctrl-C as in a terminal: a job a non-interactive shell started in the background (`.ci/run &`)

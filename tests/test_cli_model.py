@@ -31,6 +31,7 @@ def test_model_tasks_lists_weighted_tasks(capsys):
     assert re.search(r"\d+ tasks, \d+ kernels; [\d.]+ GFLOPs, [\d.]+ GMACs per run", err)
 
 
+@pytest.mark.slow
 def test_model_run_compares_with_onnxruntime(capsys):
     assert main(["model", "run", "mobilenet_v2", "--reduced", "--repeat", "2", "--profile"]) == 0
     out = capsys.readouterr().out
@@ -40,12 +41,14 @@ def test_model_run_compares_with_onnxruntime(capsys):
     assert re.search(r"fused_conv\w* \(\d+\): [\d.]+ ms, [\d.]+%, default", out), out
 
 
+@pytest.mark.slow
 def test_model_run_compares_an_int8_model_by_top1(capsys):
     assert main(["model", "run", "resnet50_int8", "--reduced", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"output +output: max error .* \(int8 model: compared by top-1, top-1 same\)", out), out
 
 
+@pytest.mark.slow
 def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):
     path = tmp_path / "dyn.onnx"
     nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)]
@@ -63,6 +66,7 @@ def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):
     assert "--input-shape 'batch=two': expected NAME=D,D,..." in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_model_errors_are_one_line_without_traceback(tmp_path):
     cut = tmp_path / "cut.onnx"
     data = load_model("resnet50", reduced=True).SerializeToString()

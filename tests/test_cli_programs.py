@@ -90,6 +90,7 @@ def test_a_bad_program_file_is_one_line_naming_it(tmp_path, capsys, source, argv
     assert err == f"tensorsearch show: error: argument NAME: {path}: {message}\n"
 
 
+@pytest.mark.slow
 def test_a_user_te_file_tunes_from_the_cli_and_reports_the_true_throughput(tmp_path):
     path = _user_conv(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}

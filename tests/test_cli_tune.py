@@ -83,6 +83,7 @@ def a_trace(func):
     return sch.trace
 
 
+@pytest.mark.slow
 def test_tune_writes_curve_traces_and_summary(monkeypatch, tmp_path, capsys):
     calls = []
 
@@ -215,6 +216,7 @@ def test_allow_other_cpu_reaches_tune_and_model_tune(monkeypatch, tmp_path):
     assert build_parser().parse_args(model).allow_other_cpu is False
 
 
+@pytest.mark.slow
 def test_cli_module_does_not_import_ray():
     code = (
         "import sys; from tensorsearch.cli import main; main(['workloads']); "

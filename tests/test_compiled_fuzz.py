@@ -14,6 +14,7 @@ so that vector code, unrolled code and OpenMP regions really get exercised.
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, note, settings
 from hypothesis import strategies as st
 from schedule_util import StepTally
@@ -124,6 +125,7 @@ def _fill(shape, dtype, rng):
     return rng.integers(-100, 100, size=shape).astype(dtype)
 
 
+@pytest.mark.slow
 def test_random_schedules_compile_and_match():
     tally = StepTally()
 

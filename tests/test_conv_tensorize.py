@@ -44,6 +44,7 @@ def _sample(space: DesignSpace, index: int, seed: int):
 
 
 @pytest.mark.parametrize(("name", "index"), KINDS, ids=[f"{n}-{i}" for n, i in KINDS])
+@pytest.mark.slow
 def test_convolution_tensorized_through_the_design_space_is_exact(name, index):
     wl = workloads.reduced(name, index, "int8")
     space = DesignSpace(wl.func, VNNI_HW)

@@ -148,6 +148,7 @@ def tools():
         pytest.skip(f"aarch64 cross tools missing: {reason}")
 
 
+@pytest.mark.slow
 def test_vector_add_under_qemu(tools, tmp_path):
     rng = seeded_rng()
     a = rng.standard_normal(N_VADD).astype(np.float32)
@@ -163,6 +164,7 @@ def test_vector_add_under_qemu(tools, tmp_path):
     assert out.dtype == np.float32 and out.shape == (N_VADD,)
 
 
+@pytest.mark.slow
 def test_int8_dot_product_with_sdot_under_qemu(tools):
     rng = seeded_rng()
     a = rng.integers(-128, 128, size=(M_DOT, K_DOT), dtype=np.int8)
@@ -174,6 +176,7 @@ def test_int8_dot_product_with_sdot_under_qemu(tools):
     assert result.shape == (M_DOT,)
 
 
+@pytest.mark.slow
 def test_libm_calls_link(tools):
     rng = seeded_rng()
     x = rng.uniform(-5, 5, size=100).astype(np.float32)
@@ -194,6 +197,7 @@ define i32 @nthreads(ptr %out) {
 """
 
 
+@pytest.mark.slow
 def test_openmp_runtime_links(tools):
     # An object that calls the OpenMP runtime is linked with -fopenmp (static libgomp).
     obj, _ = _compile(OMP_IR)
@@ -201,6 +205,7 @@ def test_openmp_runtime_links(tools):
     assert n[0] >= 1
 
 
+@pytest.mark.slow
 def test_errors_are_reported(tools):
     a = np.ones(4, np.float32)
     obj, _ = _compile(FAIL_IR)
@@ -223,6 +228,7 @@ def test_tools_reason_when_missing(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.slow
 def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
     """The whole path: workload -> lower -> LLVM for aarch64 -> object -> qemu, against numpy."""
     import tensorsearch as ts
@@ -242,6 +248,7 @@ def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
     wl.check(results[len(inputs) :], wl.reference(*inputs))
 
 
+@pytest.mark.slow
 def test_parallel_loop_built_for_graviton2_runs_under_qemu(tmp_path):
     """An object with a parallel loop carries the thread pool (weak symbols) and runs on its own:
     under qemu, linked statically, with the default threads (the CPUs), each iteration once."""

@@ -122,6 +122,7 @@ def test_not_yaml_and_not_a_mapping(tmp_path):
         load_experiment(tmp_path / "absent.yaml")
 
 
+@pytest.mark.slow
 def test_an_experiment_is_killed_resumed_and_tabled(tmp_path):
     _two_task_onnx(tmp_path / "two.onnx")
     path = _write(tmp_path, GOOD)

@@ -349,6 +349,7 @@ WRONG_SIGNATURES = [
 @pytest.mark.parametrize(
     ("text", "key", "fragments"), [w[1:] for w in WRONG_SIGNATURES], ids=[w[0] for w in WRONG_SIGNATURES]
 )
+@pytest.mark.slow
 def test_wrong_llvm_signature_is_one_line_naming_file_and_key(tmp_path, text, key, fragments):
     path = _write(tmp_path, text)
     with pytest.raises(IntrinsicError) as info:

@@ -19,6 +19,8 @@ from tensorsearch.runtime.verify import IntrinsicVerifyError, verify_intrinsic
 from tensorsearch.schedule import Schedule
 from tensorsearch.search.space import DesignSpace
 
+pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
+
 V1 = hardware.load("arm-neoverse-v1")
 UNITS = {  # intrinsic -> (A dtype, B dtype, C dtype, mnemonic)
     "neon_smmla_2x2x8_i8i8i32": ("int8", "int8", "int32", "smmla"),

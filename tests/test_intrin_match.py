@@ -148,6 +148,7 @@ def test_three_input_channels_pad_rc_in_place_before_gathering(vnni):
     assert [round(m.cost, 2) for m in report.feasible[2:]] == [2.29, 2.29]  # rh or rw 7 -> 8, gathered
 
 
+@pytest.mark.slow
 def test_grp_int8_vnni_maps_per_group(vnni):
     """cc // 32 picks the input channels of cc's group, so cc indexes A and cannot play i; split
     into (group, channel in the group), the channel plays i and rc plays k."""
@@ -216,6 +217,7 @@ def _tile(func, block: str, intrin):
     return sch, outer
 
 
+@pytest.mark.slow
 def test_tile_gmm_int8_vnni(vnni):
     func = workloads.make("GMM", (1, 64, 64, 64), "int8").func
     sch, outer = _tile(func, "Z", vnni)
@@ -317,6 +319,7 @@ def main(inputs: T.Buffer((1, 3, 3, 3), "uint8"), weight: T.Buffer((3, 3, 3, 16)
 """
 
 
+@pytest.mark.slow
 def test_fused_mapping_gathers_and_pads_each_operand_once(vnni):
     """k <- rh * rw * rc (27, padded to 28): the block's reduce iterators merged into one, each
     operand gathered (im2col) and padded by one copy into the intrinsic's tile layout."""
@@ -337,6 +340,7 @@ def test_fused_mapping_gathers_and_pads_each_operand_once(vnni):
         ("DIL", (1, 8, 8, 3, 16, 3, 1, 1, 2)),
     ],
 )
+@pytest.mark.slow
 def test_fused_mappings_compute_the_convolution(vnni, name, args):
     func = workloads.make(name, args, "int8").func
     block = func.buffers[-1].name

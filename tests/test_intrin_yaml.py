@@ -312,6 +312,7 @@ def _wmma_kernel(s: IntrinsicSet, unit_name: str, kernel: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.slow
 def test_wmma_templates_compile_with_nvcc(tmp_path):
     f16, s8 = load_intrinsic("cuda-wmma-f16"), load_intrinsic("cuda-wmma-s8")
     includes = sorted({h for s in (f16, s8) for i in s for h in i.impl.includes} | {"cuda_fp16.h"})
@@ -472,6 +473,7 @@ BROKEN_INTRINSICS = [
 @pytest.mark.parametrize(
     ("text", "key", "fragments"), [b[1:] for b in BROKEN_INTRINSICS], ids=[b[0] for b in BROKEN_INTRINSICS]
 )
+@pytest.mark.slow
 def test_broken_intrinsic_file_names_file_key_and_mistake(tmp_path, text, key, fragments):
     path = tmp_path / "broken.yaml"
     path.write_text(text.replace("name: x86-avx512-vnni-256", "name: broken"))  # the file is broken.yaml
@@ -502,6 +504,7 @@ WMMA_BAD = [
 
 
 @pytest.mark.parametrize(("old", "new", "key", "fragments"), [b[1:] for b in WMMA_BAD], ids=[b[0] for b in WMMA_BAD])
+@pytest.mark.slow
 def test_broken_cuda_intrinsic_file(tmp_path, old, new, key, fragments):
     text = Path(load_intrinsic("cuda-wmma-f16").source).read_text()
     path = tmp_path / "cuda-wmma-f16.yaml"

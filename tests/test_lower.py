@@ -427,6 +427,7 @@ WORKLOADS = [(n, dt) for n in workloads.names() for dt in workloads.dtypes(n) if
 
 
 @pytest.mark.parametrize(("name", "dtype"), WORKLOADS, ids=[f"{n}-{d}" for n, d in WORKLOADS])
+@pytest.mark.slow
 def test_every_workload_lowers_to_the_same_results(name, dtype):
     wl = workloads.reduced(name, 0, dtype)
     low = lower(wl.func, debug=True)
@@ -525,6 +526,7 @@ def _only_block_name(func: PrimFunc) -> str:
 RARE_STEPS = ("step_compute_at", "step_rfactor", "step_storage_align")
 
 
+@pytest.mark.slow
 def test_random_schedules_lower_to_the_same_results():
     tally = StepTally()
 
@@ -545,6 +547,7 @@ def test_random_schedules_lower_to_the_same_results():
     tally.check([s for s in STEPS if s.__name__ not in RARE_STEPS], min_share=MIN_SHARE)
 
 
+@pytest.mark.slow
 def test_random_schedules_with_an_innermost_vectorized_loop():
     """Like the test above, but the innermost loop of some block is always vectorized (the
     random steps alone rarely leave a vectorizable loop)."""

@@ -33,6 +33,7 @@ CASES = [(n, d) for n in workloads.names() for d in ("float32", "int8") if d in 
 
 
 @pytest.mark.parametrize("name,dtype", CASES, ids=[f"{n}-{d}" for n, d in CASES])
+@pytest.mark.slow
 def test_every_workload_builds_and_matches_numpy(name, dtype):
     wl = workloads.reduced(name, 0, dtype)
     inputs = wl.make_inputs(seeded_rng())
@@ -155,6 +156,7 @@ def test_a_sequence_of_bound_calls_runs_in_one_native_call():
     assert call_sequence([]) is None
 
 
+@pytest.mark.slow
 def test_save_and_load_in_another_process(tmp_path):
     mod = build(parse(GEMM))
     path = str(tmp_path / "gemm.so")
@@ -225,6 +227,7 @@ def test_hardware_descriptor_names_are_accepted():
     np.testing.assert_allclose(c.reshape(16, 16), a.reshape(16, 16) @ b.reshape(16, 16), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_first_module_of_a_process_links_the_c_library():
     # regression: LLVM searches the process's symbols only once an execution engine exists, so the
     # first module built in a fresh process failed on aligned_alloc/free (heap buffers) and erf (libm)

@@ -9,6 +9,7 @@ by the interpreter on fresh random inputs), and its trace replays to the identic
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schedule_util import StepTally, check_same_results
@@ -229,6 +230,7 @@ STEPS = [
 ]
 
 
+@pytest.mark.slow
 def test_random_schedules_preserve_semantics():
     tally = StepTally()
 

@@ -79,6 +79,7 @@ def test_default_rules_follow_the_descriptor():
     ]
 
 
+@pytest.mark.slow
 def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
     wl = workloads.make("GMM", (1, 64, 32, 48), "float32")
     space = DesignSpace(wl.func, HOST)
@@ -111,6 +112,7 @@ def test_gemm_float32_spaces_and_candidates_compute_the_gemm():
     assert {ForKind.PARALLEL, ForKind.VECTORIZED} <= seen_kinds
 
 
+@pytest.mark.slow
 def test_a_read_transposed_to_the_vector_lanes_packs_into_panels():
     """Attention's scores, ``S[b, i, j] = sum_k Q[b, i, k] * K[b, j, k]``: K holds the vector
     lanes' iterator j in its middle dimension, so a vector of j is 32 elements apart; packed into
@@ -137,6 +139,7 @@ def test_a_read_transposed_to_the_vector_lanes_packs_into_panels():
         np.testing.assert_allclose(out, q @ k.transpose(0, 2, 1), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_an_elementwise_epilogue_is_computed_under_the_tile_in_place_of_a_write_cache():
     # TVM's ReuseType::kMayReuse: the epilogue (bias + relu, one block once D is inlined into E)
     # is the write cache: reverse_compute_at under level 1 or 2, no cache_write copy, so the
@@ -173,6 +176,7 @@ def test_an_elementwise_epilogue_is_computed_under_the_tile_in_place_of_a_write_
     assert any("reverse_compute_at" in _inst_names(t) for t in batched.traces)
 
 
+@pytest.mark.slow
 def test_a_prime_extent_is_padded_in_a_forked_space():
     """197 (ViT's tokens) tiles only as 1 or 197: a second set of spaces pads the output's rows to
     200 (a multiple of 8) and its columns to 208 (of the 16 float32 lanes) before tiling."""
@@ -207,6 +211,7 @@ def _buffers(func):
     return out
 
 
+@pytest.mark.slow
 def test_postprocessing_equals_the_same_primitives_by_hand():
     wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
     rules = [
@@ -255,6 +260,7 @@ def test_postprocessing_equals_the_same_primitives_by_hand():
     _check_runs(wl, sch.func, seeded_rng())
 
 
+@pytest.mark.slow
 def test_int8_gemm_is_tensorized_with_the_yaml_intrinsic():
     wl = workloads.make("GMM", (1, 64, 64, 64), "int8")
     space = DesignSpace(wl.func, HOST)
@@ -275,6 +281,7 @@ def test_int8_gemm_is_tensorized_with_the_yaml_intrinsic():
         assert "vpdpbusd" in mod.assembly
 
 
+@pytest.mark.slow
 def test_int8_convolution_keeps_its_padding_out_of_the_tensorized_tile():
     wl = workloads.reduced("C2D", 0, "int8")
     space = DesignSpace(wl.func, HOST)
@@ -288,6 +295,7 @@ def test_int8_convolution_keeps_its_padding_out_of_the_tensorized_tile():
         assert "vpdpbusd" in _check_runs(wl, cand.func, nprng).assembly
 
 
+@pytest.mark.slow
 def test_convolution_keeps_its_padding_out_of_the_hot_loop():
     # TVM's disallow_if_then_else: the padding's Select is not inlined into the convolution; the
     # padding gets a sampled compute location, and every sample computes the convolution
@@ -322,6 +330,7 @@ def _blocks(func):
     return {loc.node.name: loc.node for loc in walk_stmts(func.body) if isinstance(loc.node, Block)}
 
 
+@pytest.mark.slow
 def test_a_plain_copy_is_inlined_into_an_intrinsic_tile():
     # a 1x1 convolution without padding: its PadInput only copies the input; rather than a pass
     # of its own in every call, the VNNI tile reads the input itself
@@ -338,6 +347,7 @@ def test_a_plain_copy_is_inlined_into_an_intrinsic_tile():
         _check_runs(wl, cand.func, nprng)
 
 
+@pytest.mark.slow
 def test_padding_is_inlined_into_the_channel_padding_copy_and_kept_out_of_the_tile():
     # 3 input channels: tile_with_intrin pads them to the intrinsic's 4 in a copy; the spatial
     # padding's Select goes into that copy (one pass, not two), never into the reduction
@@ -360,6 +370,7 @@ def test_padding_is_inlined_into_the_channel_padding_copy_and_kept_out_of_the_ti
     ) in bodies
 
 
+@pytest.mark.slow
 def test_add_rfactor_forks_a_small_output_reduction():
     wl = workloads.make("NRM", (1, 16, 256), "float32") if "NRM" in workloads.names() else None
     space = DesignSpace(wl.func, HOST)
@@ -383,6 +394,7 @@ def test_auto_inline_keeps_a_block_it_cannot_inline():
     assert out == [sch] and sch.func is before
 
 
+@pytest.mark.slow
 def test_mutators_change_one_decision_and_replay():
     wl = workloads.make("GMM", (1, 64, 64, 64), "float32")
     space = DesignSpace(wl.func, HOST)
@@ -408,6 +420,7 @@ def test_mutators_change_one_decision_and_replay():
     assert MutateComputeLocation().apply(design, rng) is None
 
 
+@pytest.mark.slow
 def test_mutating_a_compute_location():
     wl = workloads.reduced("C2D", 0, "float32")  # without AutoInline, the padding is computed at a sampled loop
     rules = [MultiLevelTiling(vector_bits=HOST.vector_bits, pack_reads=False), RandomComputeLocation()]
@@ -498,6 +511,7 @@ def test_a_1x1_convolution_runs_its_update_in_parallel():
         assert outer.kind == ForKind.PARALLEL, cand.func.script()
 
 
+@pytest.mark.slow
 def test_transposed_convolution_is_split_into_phases_and_each_is_tensorized():
     """T2D's stride-parity Select becomes four dense phase blocks before the other rules; each
     is tensorized with VNNI and the program is exact (interpreter with the vpdpbusd model)."""

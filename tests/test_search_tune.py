@@ -109,6 +109,7 @@ def test_the_fastest_sample_ranks_finalists_as_the_rounds_do():
     assert fastest(latency_of) == "a"  # "a" won rounds 1 and 3 by 1.4-1.5x
 
 
+@pytest.mark.slow
 def test_tune_float32_convolution_with_ray_workers(tmp_path):
     wl = workloads.reduced("C2D", 0, "float32")
     result = ts.tune(wl, HOST, trials=8, work_dir=tmp_path, seed=2, config=SMALL, workers=2)
@@ -145,6 +146,7 @@ def test_tune_float32_convolution_with_ray_workers(tmp_path):
     assert structural_equal(sch.func, result.module.func)
 
 
+@pytest.mark.slow
 def test_tune_a_bare_primfunc(tmp_path):
     func = parse(
         textwrap.dedent(
@@ -182,6 +184,7 @@ def stages(func) -> set[str]:
     return {re.sub(r"_(init|update)$", "", name) for name in names}
 
 
+@pytest.mark.slow
 def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed(tmp_path):
     """W is a constant (a model's weight) and P, a stage of W alone: where the schedule leaves P
     at the root, the tuner times Z's part on P computed once, ahead, and ``result.program`` is
@@ -209,6 +212,7 @@ def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed
         np.testing.assert_allclose(zs, xs @ (ws + np.roll(ws, -1, axis=1)), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_same_seed_proposes_the_same_candidates(tmp_path):
     wl = workloads.make("GMM", (1, 32, 32, 32), "float32")
     runs = []
@@ -219,6 +223,7 @@ def test_same_seed_proposes_the_same_candidates(tmp_path):
     assert runs[0] != runs[2]
 
 
+@pytest.mark.slow
 def test_crashing_and_hanging_candidates_are_recorded_and_tuning_goes_on(tmp_path, monkeypatch):
     wl = workloads.make("GMM", (1, 32, 32, 32), "float32")
     bad = {
@@ -281,6 +286,7 @@ ts.tune(workloads.make("GMM", (1, 32, 32, 32), "float32"), "host", trials=40,
 """
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
     wl = workloads.make("GMM", (1, 32, 32, 32), "float32")
     records_file = tmp_path / "database" / "tuning_records.jsonl"
@@ -295,6 +301,7 @@ def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
     _check(wl, result.module)
 
 
+@pytest.mark.slow
 def test_a_design_space_with_no_valid_program_says_why(tmp_path, monkeypatch):
     from tensorsearch.search import postproc
 
@@ -389,6 +396,7 @@ def _other_cpu_folder(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_tuning_for_another_cpu_is_refused_and_with_the_opt_in_records_the_cpu_that_timed(
     tmp_path, monkeypatch, capsys
 ):
@@ -453,6 +461,7 @@ except TuneError as err:
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_tuning_for_a_gpu_measures_on_the_clusters_gpu_runners(tmp_path):
     """The whole search (design space, cost model, evolution) on a cluster with one GPU (here a
     declared one): candidates reach the GPU runner as CUDA modules. Without pycuda or a device

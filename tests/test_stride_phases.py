@@ -181,6 +181,7 @@ TABLE_CASES = [(i, dt, pb) for i in range(4) for dt in ("int8", "float32", "floa
 
 
 @pytest.mark.parametrize(("index", "dtype", "phase_buffers"), TABLE_CASES)
+@pytest.mark.slow
 def test_table_shapes_match_numpy(index, dtype, phase_buffers):
     """The four T2D shapes of the table, reduced (kernel 4, stride 2, pad 1 kept)."""
     wl = W.reduced("T2D", index, dtype)
@@ -213,6 +214,7 @@ ODD_ARGS = [
 @pytest.mark.parametrize("args", ODD_ARGS, ids=str)
 @pytest.mark.parametrize("dtype", ["int8", "float32"])
 @pytest.mark.parametrize("phase_buffers", [False, True])
+@pytest.mark.slow
 def test_odd_shapes_match_numpy(args, dtype, phase_buffers):
     wl = W.make("T2D", args, dtype)
     func = split_stride_phases(wl.func, phase_buffers=phase_buffers)
@@ -345,6 +347,7 @@ def test_vnni_matches_every_phase_block(index, phase_buffers):
 
 
 @pytest.mark.parametrize("phase_buffers", [False, True])
+@pytest.mark.slow
 def test_compiled_phases_match_numpy(phase_buffers):
     wl = W.get("T2D", 1, "int8")  # (1, 8, 8, 256, 128, 4, 2, 1), full size
     mod = ts.build(split_stride_phases(wl.func, phase_buffers=phase_buffers))
@@ -355,6 +358,7 @@ def test_compiled_phases_match_numpy(phase_buffers):
     np.testing.assert_array_equal(out, wl.reference(*xs)[0], err_msg=f"inputs from seed {seed}")
 
 
+@pytest.mark.slow
 def test_phase_buffers_tensorize_with_vnni():
     """With phase buffers every phase block is the only writer of its output, so tile_with_intrin
     (decompose_reduction first) and tensorize apply to each. The tensorized program is exact in the

@@ -98,6 +98,7 @@ def _fma_chain(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return c
 
 
+@pytest.mark.slow
 def test_fma_sum_is_an_ordered_chain_of_fused_multiply_adds():
     from tensorsearch import build, hardware
     from tensorsearch.ir import Call, structural_equal

@@ -270,6 +270,7 @@ def test_a_block_that_is_not_blockized_is_refused():
 # SDOT for aarch64
 
 
+@pytest.mark.slow
 def test_sdot_gemm_for_graviton2():
     func = parse(packed_gemm("int8", "int8", 4, 4))
     sch, ob = tile(func, 4, 4, hw=ARM)

@@ -25,6 +25,7 @@ def _vnni_runs_here() -> bool:
     [("GMM", (1, 1024, 1024, 1024)), ("C2D", (1, 14, 14, 64, 32, 3, 1, 1))],
     ids=["GMM-1024", "C2D"],
 )
+@pytest.mark.slow
 def test_plain_layout_int8_tensorized_with_vnni_is_exact(name, args):
     if not _vnni_runs_here():
         pytest.skip("this CPU has no AVX-512 VNNI")

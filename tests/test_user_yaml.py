@@ -81,6 +81,7 @@ def _needs_avx2():
         pytest.skip("the int16 unit needs an x86-64 CPU with AVX2")
 
 
+@pytest.mark.slow
 def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORSEARCH_INTRINSICS_PATH", raising=False)
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -89,6 +90,7 @@ def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch)
     assert hw.intrinsics[1].source.endswith("my-target/x86-fma-bf16.yaml")
 
 
+@pytest.mark.slow
 def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -110,6 +112,7 @@ def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
         np.testing.assert_array_equal(c, want.astype(np.int32), err_msg=f"mapping {mapping}, inputs from seed {seed}")
 
 
+@pytest.mark.slow
 def test_int16_unit_is_auto_tuned(tmp_path, ray_session):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -222,6 +225,7 @@ def test_bf16_unit_is_matched_tensorized_built_and_accurate(tmp_path):
     _check_bf16(mod, int.from_bytes(os.urandom(4), "little"))
 
 
+@pytest.mark.slow
 def test_bf16_unit_is_auto_tuned(tmp_path, ray_session):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))

@@ -327,6 +327,7 @@ def test_other_references():
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
+@pytest.mark.slow
 def test_func_builds_at_full_shape(case):
     n, i, dt = case
     wl = W.get(n, i, dt)
@@ -339,6 +340,7 @@ def test_func_builds_at_full_shape(case):
 
 
 @pytest.mark.parametrize("case", CASES, ids=_id)
+@pytest.mark.slow
 def test_interpreter_matches_reference(case):
     from tensorsearch.interpreter import interpret
 
@@ -354,6 +356,7 @@ def test_interpreter_matches_reference(case):
         raise AssertionError(f"{_id(case)} with inputs from seed {seed}: {err}") from None
 
 
+@pytest.mark.slow
 def test_script_round_trip_at_reduced_shapes():
     from tensorsearch import script
     from tensorsearch.ir import structural_equal
