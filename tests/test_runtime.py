@@ -168,7 +168,7 @@ def test_save_and_load_in_another_process(tmp_path):
         import numpy as np
         from tensorsearch.runtime import load_module
         m = load_module({path!r})
-        r = seeded_rng()
+        r = np.random.default_rng(0)
         a = r.standard_normal(256).astype("float32"); b = r.standard_normal(256).astype("float32")
         c = np.zeros(256, "float32")
         m(a, b, c)
@@ -245,7 +245,7 @@ def test_first_module_of_a_process_links_the_c_library():
                 for i in T.serial(64):
                     B[i] = G[63 - i]
         """)
-        a = seeded_rng().uniform(-2, 2, 64).astype("float32")
+        a = np.random.default_rng(0).uniform(-2, 2, 64).astype("float32")
         b = np.zeros(64, "float32")
         build(f)(a, b)
         import math

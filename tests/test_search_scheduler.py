@@ -25,11 +25,13 @@ HOST = hardware.load("host")
 SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    from tensorsearch.search.measure import init_ray
+@pytest.fixture(autouse=True)
+def ray_session(request):
+    """Ray for the tests that tune (the slow ones); the fast tier's tests here start none."""
+    if request.node.get_closest_marker("slow") is not None:
+        from tensorsearch.search.measure import init_ray
 
-    init_ray()
+        init_ray()  # once per process: later calls return at once
     yield
 
 
