@@ -233,3 +233,21 @@ def test_bf16_unit_is_auto_tuned(tmp_path, ray_session):
     assert "vfmadd" in result.module.assembly
     assert any(i.kind.name == "tensorize" for i in result.trace.insts), "the tuned kernel uses the unit"
     _check_bf16(result.module, 11)
+
+
+def test_the_workload_table_has_the_forms_of_the_users_int16_and_bfloat16_units(tmp_path, capsys):
+    """GMM's int16 and bfloat16 forms map onto the pmaddwd and bfloat16 FMA units of the user's
+    descriptor; `match` without --dtype (float32) names those dtypes."""
+    from tensorsearch import workloads
+    from tensorsearch.cli import main
+    from tensorsearch.target import match
+
+    path = _user_folder(tmp_path) / "my-avx2-cpu.yaml"
+    hw = load(str(path))
+    units = {i.name: i for i in hw.intrinsics}
+    for dtype, unit in [("int16", "avx2_dot_8x2_i16i16i32"), ("bfloat16", "fma_bf16_8x1_f32")]:
+        assert match(workloads.get("GMM", 0, dtype).func, "Z", units[unit]), (dtype, unit)
+    assert main(["match", "GMM", "--hardware", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "GMM float32 (the default): none of my-avx2-cpu's tensor intrinsics takes float32" in err
+    assert "fma_bf16_8x1_f32 takes bfloat16; avx2_dot_8x2_i16i16i32 takes int16: add --dtype bfloat16" in err
