@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
 import numpy as np
+from seeds import seeded_rng
 
 from tensorsearch.interpreter import interpret
 from tensorsearch.ir import PrimFunc, assert_structural_equal, structural_hash
-from tensorsearch.schedule import Schedule, Trace
+from tensorsearch.schedule import Schedule, ScheduleError, Trace
 from tensorsearch.script import parse
 
 
@@ -30,7 +35,7 @@ def check_trace_round_trip(sch: Schedule, original: PrimFunc) -> None:
 
 def random_inputs(func: PrimFunc, rng: np.random.Generator | None = None) -> list[np.ndarray]:
     """Fresh random (never all-zero) arrays for every buffer parameter of ``func``."""
-    rng = rng or np.random.default_rng()
+    rng = rng or seeded_rng()
     arrays = []
     for buf in func.buffers:
         shape = tuple(int(s.value) for s in buf.shape)
@@ -72,3 +77,50 @@ def gemm_bias(n: int, m: int, k: int, relu: bool = False) -> PrimFunc:
         return te.create_prim_func([A, B, bias, D])
     E = te.compute((n, m), lambda i, j: Max(D[i, j], const(0.0, "float32")), name="E")
     return te.create_prim_func([A, B, bias, E])
+
+
+class StepTally:
+    """How each step of a schedule fuzz ended: *applied* (it added an instruction that changes the
+    program to the trace), *idle* (it found nothing to do) or *refused* (ScheduleError, which must
+    leave the schedule untouched). A fuzz asserts with :meth:`check` how much it applied, so that it
+    cannot pass while every primitive refuses."""
+
+    def __init__(self) -> None:
+        self.applied: Counter[str] = Counter()
+        self.idle: Counter[str] = Counter()
+        self.refused: Counter[str] = Counter()
+
+    def run(self, step: Callable[[Any, Schedule], None], data: Any, sch: Schedule) -> bool:
+        """``step(data, sch)``; True when it applied. A refusal is checked to have changed nothing."""
+        before_func, before_len = sch.func, len(sch.trace)
+        try:
+            step(data, sch)
+        except ScheduleError:
+            assert sch.func is before_func, f"{step.__name__} raised but changed the schedule"
+            # lookups made by the step itself before the failing primitive stay in the trace
+            assert all(inst.kind.pure for inst in sch.trace.insts[before_len:])
+            self.refused[step.__name__] += 1
+            return False
+        if any(not inst.kind.pure for inst in sch.trace.insts[before_len:]):
+            self.applied[step.__name__] += 1
+            return True
+        self.idle[step.__name__] += 1
+        return False
+
+    def __str__(self) -> str:
+        names = sorted({*self.applied, *self.idle, *self.refused})
+        return "; ".join(
+            f"{n}: {self.applied[n]} applied, {self.idle[n]} idle, {self.refused[n]} refused" for n in names
+        )
+
+    def check(self, steps: list[Callable[..., Any]], min_share: float, min_each: int = 1) -> None:
+        """At least ``min_share`` of all steps run applied, and every one of ``steps`` applied at least
+        ``min_each`` times."""
+        total = sum(self.applied.values()) + sum(self.idle.values()) + sum(self.refused.values())
+        assert total > 0, "the fuzz ran no step"
+        share = sum(self.applied.values()) / total
+        assert share >= min_share, (
+            f"only {share:.0%} of {total} steps applied (at least {min_share:.0%} expected): {self}"
+        )
+        rare = sorted({s.__name__ for s in steps if self.applied[s.__name__] < min_each})
+        assert not rare, f"applied fewer than {min_each} times: {', '.join(rare)}: {self}"

@@ -318,6 +318,7 @@ points = st.lists(st.tuples(*(st.integers(lo, hi) for lo, hi in LO_HI.values()))
 
 @settings(max_examples=300, deadline=None)
 @given(exprs, points)
+@pytest.mark.slow
 def test_simplify_preserves_value(e, pts):
     s = simplify(e, DOM)
     assert simplify(s, DOM) == s
@@ -335,6 +336,7 @@ def test_simplify_preserves_value(e, pts):
 
 @settings(max_examples=200, deadline=None)
 @given(exprs, points, st.sampled_from([(i, j, k), (i, j), (j,), ()]))
+@pytest.mark.slow
 def test_int_set_contains_values(e, pts, relaxed):
     dom = {v: DOM[v] for v in relaxed}
     st_ = eval_int_set(e, dom)
@@ -355,6 +357,7 @@ def test_int_set_contains_values(e, pts, relaxed):
     points,
     st.sampled_from([(i, j), (j, k), (i, j, k), (k,)]),
 )
+@pytest.mark.slow
 def test_int_set_of_a_linear_form_is_exact(coefs, const, pts, relaxed):
     # sum(c * v) + const: each relaxed variable's term goes to the end of its range that gives
     # the least (greatest) value, the others stay symbolic; both ends are reached
@@ -372,6 +375,7 @@ def test_int_set_of_a_linear_form_is_exact(coefs, const, pts, relaxed):
 
 @settings(max_examples=200, deadline=None)
 @given(exprs, exprs, st.sampled_from([LT, LE, GT, GE, EQ, NE]), points)
+@pytest.mark.slow
 def test_prover_is_sound(a, b, op, pts):
     cond = op(a, b)
     s = simplify(cond, DOM)

@@ -19,28 +19,36 @@ def test_model_tasks_lists_weighted_tasks(capsys):
     assert main(["model", "tasks", "bert_base", "--reduced"]) == 0  # two equal encoder layers
     out, err = capsys.readouterr()
     lines = out.splitlines()
-    assert lines[0].split() == ["#", "task", "weight", "MFLOPs/call", "share", "key"]
+    assert lines[0].split() == ["#", "task", "weight", "MFLOPs/call", "share", "key", "shapes"]
     rows = [line.split() for line in lines[1:]]
     assert any(r[1].startswith("fused_mat_mul_add") for r in rows)
     assert sum(int(r[2]) for r in rows) > len(rows)  # some task runs more than once
-    assert all(re.fullmatch(r"[0-9a-f]{16}", r[-1]) for r in rows)
+    assert all(re.fullmatch(r"[0-9a-f]{16}", r[5]) for r in rows)
+    # each task's parameter shapes, the written ones after the arrow, then the dtype
+    shapes = [line.split(maxsplit=6)[6] for line in lines[1:]]
+    assert all(re.fullmatch(r"(\d+(x\d+)*( int64| float32)? )+-> \d+(x\d+)* float32", t) for t in shapes), shapes
+    assert "1x16x64 64 64 -> 1x16x64 float32" in shapes  # layer normalization: data, scale, bias
     assert re.search(r"\d+ tasks, \d+ kernels; [\d.]+ GFLOPs, [\d.]+ GMACs per run", err)
 
 
+@pytest.mark.slow
 def test_model_run_compares_with_onnxruntime(capsys):
     assert main(["model", "run", "mobilenet_v2", "--reduced", "--repeat", "2", "--profile"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"output +output: max error \d\.\de-\d\d of the output's scale \(ok, top-1 same\)", out), out
-    assert re.search(r"latency +tensorsearch [\d.]+ ms +onnxruntime [\d.]+ ms", out), out
+    ratio = r"\([\d.]+x (faster|slower) than onnxruntime\)"
+    assert re.search(r"latency +tensorsearch [\d.]+ ms +onnxruntime [\d.]+ ms +" + ratio, out), out
     assert re.search(r"fused_conv\w* \(\d+\): [\d.]+ ms, [\d.]+%, default", out), out
 
 
+@pytest.mark.slow
 def test_model_run_compares_an_int8_model_by_top1(capsys):
     assert main(["model", "run", "resnet50_int8", "--reduced", "--repeat", "1"]) == 0
     out = capsys.readouterr().out
     assert re.search(r"output +output: max error .* \(int8 model: compared by top-1, top-1 same\)", out), out
 
 
+@pytest.mark.slow
 def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):
     path = tmp_path / "dyn.onnx"
     nodes = [helper.make_node("Softmax", ["x"], ["y"], name="sm", axis=-1)]
@@ -58,6 +66,7 @@ def test_model_run_binds_symbolic_input_shapes(tmp_path, capsys):
     assert "--input-shape 'batch=two': expected NAME=D,D,..." in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_model_errors_are_one_line_without_traceback(tmp_path):
     cut = tmp_path / "cut.onnx"
     data = load_model("resnet50", reduced=True).SerializeToString()

@@ -49,8 +49,9 @@ def test_show_and_match_take_a_python_file(tmp_path, capsys):
     path = _user_conv(tmp_path)
     assert cli.main(["show", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith(f"# {path}: func\n") and 'T.block("padded")' in out
-    assert cli.main(["match", str(path), "--hardware", "x86-znver4"]) == 0
+    assert out.startswith(f"# conv ({path})\n") and 'T.block("padded")' in out
+    assert "def conv(" in out  # the program's one name: the file's stem
+    assert cli.main(["match", str(path), "--hardware", "x86-znver4"]) == 0  # a file's dtype is its own: no note
     assert "block conv vs intrinsic vnni" in capsys.readouterr().out
 
 
@@ -58,7 +59,17 @@ def test_script_text_file(tmp_path, capsys):
     text = workloads.get("GMM", 0, "float32").func.script()
     (tmp_path / "gmm.tir").write_text(text)
     assert cli.main(["show", str(tmp_path / "gmm.tir")]) == 0
-    assert capsys.readouterr().out.rstrip("\n").splitlines()[1:] == text.rstrip("\n").splitlines()
+    out = capsys.readouterr().out
+    assert out.startswith(f"# gmm ({tmp_path / 'gmm.tir'})\n")
+    # the same program, under the file's name
+    assert out.rstrip("\n").splitlines()[1:] == text.replace("def main(", "def gmm(").rstrip("\n").splitlines()
+
+
+def test_a_file_of_several_funcs_names_the_program_stem_and_func(tmp_path, capsys):
+    path = tmp_path / "mine.py"
+    path.write_text(CONV_PY + "\nother = func\n")
+    assert cli.main(["show", str(path), "--func", "other"]) == 0
+    assert capsys.readouterr().out.startswith(f"# mine_other ({path}, PrimFunc other)\n@T.prim_func\ndef mine_other(")
 
 
 @pytest.mark.parametrize(
@@ -79,6 +90,7 @@ def test_a_bad_program_file_is_one_line_naming_it(tmp_path, capsys, source, argv
     assert err == f"tensorsearch show: error: argument NAME: {path}: {message}\n"
 
 
+@pytest.mark.slow
 def test_a_user_te_file_tunes_from_the_cli_and_reports_the_true_throughput(tmp_path):
     path = _user_conv(tmp_path)
     env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled"}
@@ -92,11 +104,15 @@ def test_a_user_te_file_tunes_from_the_cli_and_reports_the_true_throughput(tmp_p
         timeout=600,
     )
     assert proc.returncode == 0, proc.stderr
+    # one name for the program: the file's stem, in the first line, the summary and the database
+    assert f"tensorsearch tune: conv ({path}) on " in proc.stderr
+    assert "tuning finished: conv\n" in proc.stdout
     reported = float(re.search(r"throughput\s+([0-9.e+]+) GFLOPS", proc.stdout).group(1))
     db = Database.open_existing(tmp_path / "w")
     (key,) = db.workload_keys()
+    assert db.workload_name(key) == "conv"
     (best,) = db.best(key, hardware_key(host()), 1)
     assert reported == pytest.approx(CONV_OPS / db.latency(best) / 1e9, rel=0.01)  # re-timed
     script = (tmp_path / "w" / "best_trace.py").read_text()
-    assert f"load_program({str(path)!r}, 'func')" in script
+    assert f"load_program({str(path)!r}, None)" in script
     exec(compile(script, "best_trace.py", "exec"), {})  # the written script rebuilds the kernel

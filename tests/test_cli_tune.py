@@ -83,6 +83,7 @@ def a_trace(func):
     return sch.trace
 
 
+@pytest.mark.slow
 def test_tune_writes_curve_traces_and_summary(monkeypatch, tmp_path, capsys):
     calls = []
 
@@ -215,9 +216,23 @@ def test_allow_other_cpu_reaches_tune_and_model_tune(monkeypatch, tmp_path):
     assert build_parser().parse_args(model).allow_other_cpu is False
 
 
+@pytest.mark.slow
 def test_cli_module_does_not_import_ray():
     code = (
         "import sys; from tensorsearch.cli import main; main(['workloads']); "
         "assert 'ray' not in sys.modules and 'tensorsearch.search' not in sys.modules, 'imported'"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", ["bfloat16", "int16"])
+def test_tune_takes_the_bfloat16_and_int16_forms(tmp_path, capsys, dtype):
+    """The real command on this machine: GMM in the forms of vdpbf16ps and vpdpwssd units tunes
+    (without such a unit here, as plain vector code) and writes its best trace."""
+    argv = ["tune", "GMM", "--dtype", dtype, "--hardware", "host", "--trials", "2", "--work-dir", str(tmp_path)]
+    assert main(argv) == 0
+    assert f"tuning finished: GMM/0/{dtype}\n" in capsys.readouterr().out
+    trace = Trace.from_json((tmp_path / "best_trace.json").read_text())
+    sch = Schedule(get("GMM", 0, dtype).func)
+    trace.apply(sch)  # the trace is one of this workload's schedules

@@ -7,6 +7,7 @@ import re
 import ml_dtypes
 import numpy as np
 import pytest
+from seeds import seeded_rng
 
 import tensorsearch.target
 from tensorsearch import interpret
@@ -19,7 +20,7 @@ from tensorsearch.script import parse
 
 
 def rng() -> np.random.Generator:
-    return np.random.default_rng()
+    return seeded_rng()
 
 
 def run_both(src: str, *arrays: np.ndarray) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -207,6 +208,7 @@ print("built and ran")
 """
 
 
+@pytest.mark.slow
 def test_max_and_min_reductions_compile_without_aborting_llvm():
     # LLVM 22 aborts (an assertion in the loop vectorizer's cost model, the whole process) on a
     # maxnum reduction without nnan: every shape here did, in a process of its own so that a
@@ -430,6 +432,7 @@ def f(A: T.Buffer((16,), "float32"), B: T.Buffer((128,), "float32"), H: T.Buffer
     np.testing.assert_allclose(got[3].astype("float32"), want[3].astype("float32"), rtol=1e-3)
 
 
+@pytest.mark.slow
 def test_float32_exp_and_erf_are_inline_polynomials_within_a_few_ulp():
     """No libm call a lane (LLVM would scalarize llvm.exp.v16f32 into 16 calls of expf); erf is
     onnxruntime's (MLAS's algorithm), bit for bit."""
@@ -547,6 +550,7 @@ def f(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
 
 
 @pytest.mark.parametrize("extent", [0, 1, 3, 7, 8, 10, 257])
+@pytest.mark.slow
 def test_a_parallel_loops_threads_run_every_iteration_once(extent):
     """Each thread runs its static block in chunks and then takes what is left of the others'
     (codegen.llvm._run_share): with any number of threads, an extent below, at or above the

@@ -9,6 +9,7 @@ from __future__ import annotations
 import llvmlite.binding as llvm
 import numpy as np
 import pytest
+from seeds import seeded_rng
 
 from tensorsearch import hardware
 from tensorsearch.runtime.cross import CrossRunError, aarch64_tools_available, run_aarch64
@@ -147,8 +148,9 @@ def tools():
         pytest.skip(f"aarch64 cross tools missing: {reason}")
 
 
+@pytest.mark.slow
 def test_vector_add_under_qemu(tools, tmp_path):
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     a = rng.standard_normal(N_VADD).astype(np.float32)
     b = rng.standard_normal(N_VADD).astype(np.float32)
     c = rng.standard_normal(N_VADD).astype(np.float32)  # overwritten by the function
@@ -162,8 +164,9 @@ def test_vector_add_under_qemu(tools, tmp_path):
     assert out.dtype == np.float32 and out.shape == (N_VADD,)
 
 
+@pytest.mark.slow
 def test_int8_dot_product_with_sdot_under_qemu(tools):
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     a = rng.integers(-128, 128, size=(M_DOT, K_DOT), dtype=np.int8)
     b = rng.integers(-128, 128, size=K_DOT, dtype=np.int8)
     out = rng.integers(1, 100, size=M_DOT, dtype=np.int32)
@@ -173,8 +176,9 @@ def test_int8_dot_product_with_sdot_under_qemu(tools):
     assert result.shape == (M_DOT,)
 
 
+@pytest.mark.slow
 def test_libm_calls_link(tools):
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     x = rng.uniform(-5, 5, size=100).astype(np.float32)
     y = rng.standard_normal(100).astype(np.float32)
     obj, _ = _compile(EXP_IR)
@@ -193,6 +197,7 @@ define i32 @nthreads(ptr %out) {
 """
 
 
+@pytest.mark.slow
 def test_openmp_runtime_links(tools):
     # An object that calls the OpenMP runtime is linked with -fopenmp (static libgomp).
     obj, _ = _compile(OMP_IR)
@@ -200,6 +205,7 @@ def test_openmp_runtime_links(tools):
     assert n[0] >= 1
 
 
+@pytest.mark.slow
 def test_errors_are_reported(tools):
     a = np.ones(4, np.float32)
     obj, _ = _compile(FAIL_IR)
@@ -222,6 +228,7 @@ def test_tools_reason_when_missing(monkeypatch):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.slow
 def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
     """The whole path: workload -> lower -> LLVM for aarch64 -> object -> qemu, against numpy."""
     import tensorsearch as ts
@@ -235,12 +242,13 @@ def test_gemm_built_for_graviton2_runs_under_qemu(tmp_path, dtype):
     if reason is not None:
         pytest.skip(reason)
     obj = mod.save_object(tmp_path / "gemm.o")
-    inputs = wl.make_inputs(np.random.default_rng())
+    inputs = wl.make_inputs(seeded_rng())
     outputs = [np.zeros(t.shape, t.dtype) for t in wl.outputs]
     results = run_aarch64(obj, mod.name, [*inputs, *outputs])
     wl.check(results[len(inputs) :], wl.reference(*inputs))
 
 
+@pytest.mark.slow
 def test_parallel_loop_built_for_graviton2_runs_under_qemu(tmp_path):
     """An object with a parallel loop carries the thread pool (weak symbols) and runs on its own:
     under qemu, linked statically, with the default threads (the CPUs), each iteration once."""

@@ -51,6 +51,7 @@ def test_wmma_gemm_source_structure():
 
 @needs_nvcc
 @pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.slow
 def test_wmma_gemm_compiles_to_wmma_ptx(tmp_path, shared):
     src = cuda.generate(wmma_gemm(shared=shared).func, "nvidia-sm86")
     if shared:
@@ -179,6 +180,7 @@ def test_elementwise_source():
 
 @needs_nvcc
 @pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.slow
 def test_elementwise_compiles(tmp_path, shared):
     ptx = _ptx(tmp_path, cuda.generate(_elementwise(shared).func, SM86))
     assert ".entry add" in ptx

@@ -43,6 +43,7 @@ def _scale() -> Schedule:
 
 @needs_nvcc
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+@pytest.mark.slow
 def test_build_gives_a_cubin_for_the_descriptors_architecture(hw, tmp_path):
     mod = ts.build(wmma_gemm(shared=True, hardware=hw).func, hw)
     assert isinstance(mod, CudaModule) and mod.sm == hw.gpu.sm
@@ -58,6 +59,7 @@ def test_build_gives_a_cubin_for_the_descriptors_architecture(hw, tmp_path):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_arguments_are_checked_before_anything_runs():
     mod = ts.build(_scale().func, SM86)
     a, b = np.ones(4096, np.float32), np.empty(4096, np.float32)
@@ -73,6 +75,7 @@ def test_arguments_are_checked_before_anything_runs():
 
 @pytest.mark.skipif(GPU_MISSING is None, reason="a GPU is here: the error for its absence cannot show")
 @needs_nvcc
+@pytest.mark.slow
 def test_running_without_a_gpu_says_what_is_missing():
     mod = ts.build(_scale().func, SM86)
     with pytest.raises(CudaRuntimeError, match=r"running a CUDA module needs (pycuda|a GPU)"):
@@ -177,6 +180,7 @@ def _gemm_args(n: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_a_kernel_needing_more_registers_than_its_block_may_have_is_a_build_error():
     # 16 warps of 4 x 4 accumulator fragments: far more than 65536 / 512 = 128 registers a thread
     sch = tensor_core_gemm(1024, SM90, warps=(4, 4), warp_tiles=(4, 4), k_tiles=1)

@@ -34,6 +34,7 @@ def _gemm_matches_numpy(func, n: int, seed: int) -> None:
     np.testing.assert_allclose(z, x.astype(np.float32) @ y.astype(np.float32), rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.slow
 def test_fragment_intrinsics_are_recorded_on_their_blocks_and_compute_the_gemm():
     sch = tensor_core_gemm(64)
     annotated = {
@@ -63,6 +64,7 @@ def _all_annotations(sch: Schedule) -> dict[str, str | None]:
     return out
 
 
+@pytest.mark.slow
 def test_generated_kernel_keeps_fragments_across_the_reduction():
     src = cg.generate(tensor_core_gemm(256, SM90, warps=(2, 4), warp_tiles=(4, 2), k_tiles=2).func, SM90)
     assert "// launch: blockIdx.x=4, threadIdx.x=32, threadIdx.y=8" in src
@@ -85,6 +87,7 @@ def test_generated_kernel_keeps_fragments_across_the_reduction():
 
 @needs_nvcc
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+@pytest.mark.slow
 def test_tensor_core_gemm_compiles_to_mma(hw):
     mod = ts.build(tensor_core_gemm(128, hw).func, hw)
     ptx = cg.compile_cuda(mod.source, hw, "ptx").decode()
@@ -147,6 +150,7 @@ def test_a_shared_copy_computed_under_the_warps_covers_every_warps_rows():
 
 
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+@pytest.mark.slow
 def test_design_space_samples_compute_the_gemm(hw):
     space = DesignSpace(gemm_func(64), hw)
     assert [r.name for r in space.rules] == [
@@ -170,6 +174,7 @@ def test_design_space_samples_compute_the_gemm(hw):
 
 @needs_nvcc
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+@pytest.mark.slow
 def test_design_space_samples_build_for_the_descriptor(hw):
     space = DesignSpace(gemm_func(1024), hw)
     rng, built = random.Random(1), 0
@@ -186,6 +191,7 @@ def test_design_space_samples_build_for_the_descriptor(hw):
         built += 1
 
 
+@pytest.mark.slow
 def test_verify_gpu_code_names_the_limit_a_candidate_exceeds():
     big = tensor_core_gemm(512, SM86, warps=(8, 8), warp_tiles=(1, 1), k_tiles=1)
     assert gpu_limits_error(big.func, SM86) == "2048 threads per block, more than 1024"
@@ -224,6 +230,7 @@ def scale(A: T.Buffer((4096,), "float32"), B: T.Buffer((4096,), "float32")):
     )
 
 
+@pytest.mark.slow
 def test_gpu_compaction_gives_each_thread_block_its_tile_of_shared_memory():
     low = cg.lower_gpu(tensor_core_gemm(256, SM90, warps=(2, 4), warp_tiles=(4, 2), k_tiles=2).func, SM90)
     sizes = {}
@@ -244,6 +251,7 @@ def _conv(shape=(1, 16, 16, 32, 32, 3, 1, 1)):
     return ts.workloads.make("C2D", shape, "float16")
 
 
+@pytest.mark.slow
 def test_as_gemm_makes_a_convolution_a_gemm_over_reindexed_buffers():
     from tensorsearch.search.gpu import as_gemm
 
@@ -270,6 +278,7 @@ def test_as_gemm_makes_a_convolution_a_gemm_over_reindexed_buffers():
 
 
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+@pytest.mark.slow
 def test_conv_design_space_samples_compute_the_convolution(hw):
     wl = _conv()
     space = DesignSpace(wl.func, hw)
@@ -290,6 +299,7 @@ def test_conv_design_space_samples_compute_the_convolution(hw):
 
 @needs_nvcc
 @pytest.mark.parametrize("hw", [SM86, SM90], ids=lambda h: h.name)
+@pytest.mark.slow
 def test_resnet_conv_samples_build_with_mma(hw):
     space = DesignSpace(_conv((1, 56, 56, 64, 64, 3, 1, 1)).func, hw)  # ResNet-50's 3x3, 64 channels
     cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
@@ -298,6 +308,7 @@ def test_resnet_conv_samples_build_with_mma(hw):
     assert "store_matrix_sync((&conv2d_nhwc_reindex_shared[" in mod.source  # out through shared memory
 
 
+@pytest.mark.slow
 def test_the_gpu_search_mutates_the_tile_and_thread_choices():
     from tensorsearch.search.evolutionary import SearchConfig
     from tensorsearch.search.mutator import MutateSplitChoice
@@ -319,6 +330,7 @@ def test_the_gpu_search_mutates_the_tile_and_thread_choices():
 
 
 @pytest.mark.parametrize("op,args,dtype", [("GMM", (1, 64, 64, 64), "float32"), ("GMM", (1, 40, 40, 40), "float16")])
+@pytest.mark.slow
 def test_gpu_tiling_without_tensor_cores_computes_the_operator(op, args, dtype):
     wl = ts.workloads.make(op, args, dtype)
     space = DesignSpace(wl.func, SM86)
@@ -340,6 +352,7 @@ def test_gpu_tiling_without_tensor_cores_computes_the_operator(op, args, dtype):
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_gpu_tiling_without_tensor_cores_builds():
     space = DesignSpace(ts.workloads.make("GMM", (1, 512, 512, 512), "float32").func, SM90)
     cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)
@@ -347,6 +360,7 @@ def test_gpu_tiling_without_tensor_cores_builds():
     assert "__shared__ __align__(32) float X_shared[" in mod.source and "Z_local[" in mod.source
 
 
+@pytest.mark.slow
 def test_gpu_tiling_of_a_float32_convolution_computes_it():
     """The shared fetch of a sliding window binds threads whose rows overlap (a halo): allowed for
     a pure copy, so a sample is invalid only where a copy does not divide among the threads."""

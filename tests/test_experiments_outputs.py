@@ -1,4 +1,4 @@
-"""The benchmarks in experiments/ write where they are told, never over tracked results by default (issue 13).
+"""The benchmarks in experiments/ write where they are told, never over tracked results by default.
 
 ``experiments/outputs.py`` gives every script ``--out DIR`` (default ``results/<script>/``,
 git-ignored) and ``--update-tracked`` (the only way to write into ``experiments/results/``). Nothing
@@ -82,6 +82,7 @@ def test_scratch_stays_out_of_the_tracked_dir(tmp_path, monkeypatch):
         outputs.outputs(Args(), "vs_tvm")
 
 
+@pytest.mark.slow
 def test_a_derived_host_is_one_warning_line_at_most():
     """A script's warnings are one line each (outputs.outputs installs it); the derived host's
     HardwareWarning comes once however often the host is asked for, and not at all on a host a
@@ -130,6 +131,7 @@ def _run_all(args: list[str]) -> dict[str, subprocess.CompletedProcess]:
     return done
 
 
+@pytest.mark.slow
 def test_every_script_takes_out_and_update_tracked():
     for script, res in _run_all(["--help"]).items():
         assert res.returncode == 0, (script, res.stderr)
@@ -137,6 +139,7 @@ def test_every_script_takes_out_and_update_tracked():
         assert f"results/{script}/" in res.stdout, script
 
 
+@pytest.mark.slow
 def test_every_script_refuses_the_tracked_dir_before_working():
     probe = outputs.TRACKED / f"_probe_{uuid.uuid4().hex[:8]}"
     try:
@@ -152,6 +155,7 @@ def test_every_script_refuses_the_tracked_dir_before_working():
 
 
 @pytest.mark.filterwarnings("ignore:hardware 'host'")
+@pytest.mark.slow
 def test_tune_ops_writes_tables_and_work_dirs_under_out(tmp_path, monkeypatch, capsys):
     """tune_ops.main with the tuning stubbed: tables in --out, a fresh work dir under it, nothing tracked."""
     import tune_ops
@@ -244,6 +248,7 @@ def test_tune_ops_gives_the_median_of_paired_ratios_and_the_best_over_the_best_p
     assert cols == {"peak": 1200.0, "ratio_vs_peak": 0.6, "best_vs_best_peak": round(900 / 1300, 3)}
 
 
+@pytest.mark.slow
 def test_profile_model_names_a_bad_model_or_work_dir_in_one_line(tmp_path):
     for args, says in (
         (["--model", "nosuch"], "unknown model 'nosuch'"),

@@ -135,6 +135,7 @@ def _lines(work: Path, name: str) -> list[dict]:
 
 
 @pytest.mark.parametrize("version", [0, 1])
+@pytest.mark.slow
 def test_golden_database_opens_with_its_records(tmp_path, version):
     work = _golden_db(tmp_path, version)
     assert all(line.get("format", 0) == version for line in _lines(work, "tuning_records.jsonl"))

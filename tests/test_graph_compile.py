@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from graph_util import model, random_feeds, run_ort
 from onnx import helper
 
@@ -31,6 +32,7 @@ def _packing_candidate(func, constant_param: int):
     raise AssertionError("no design space of this GEMM packs its weight")
 
 
+@pytest.mark.slow
 def test_split_constant_stages_cuts_the_weight_packing_out():
     wl = workloads.get("GMM", 0, "float32")
     cand = _packing_candidate(wl.func, 1)
@@ -79,6 +81,7 @@ def test_nothing_to_split_without_constant_only_stages():
     assert split_constant_stages(cand.func, [0]) is None  # X is no constant
 
 
+@pytest.mark.slow
 def test_a_tuned_record_in_the_work_dir_compiles_its_task_with_weights_packed_ahead(tmp_path):
     nodes = [
         helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),

@@ -37,6 +37,7 @@ def test_activations_stay_of_order_one_and_the_output_varies_with_the_input(seed
         assert low < rms < 3 and change > least_change, f"{name}: rms {rms:.3g}, change with the input {change:.3g}"
 
 
+@pytest.mark.slow
 def test_reduced_efficientnet_b0_matches_onnxruntime():
     m = load_model("efficientnet_b0", reduced=True)
     graph = ts.graph.from_onnx(m)

@@ -117,6 +117,7 @@ def _onnx_macs(m) -> int:
     return total
 
 
+@pytest.mark.slow
 def test_resnet50_task_macs_sum_to_the_models_4_1_gmacs():
     m = load_model("resnet50")
     _, tasks = extract_tasks(prepare(from_onnx(m)))
@@ -128,6 +129,7 @@ def test_resnet50_task_macs_sum_to_the_models_4_1_gmacs():
     assert 2 * macs <= flops < 2 * macs * 1.02  # bias, ReLU, residual adds, pooling: under 2 % more
 
 
+@pytest.mark.slow
 def test_the_buffer_plan_reuses_freed_slots():
     nodes = [helper.make_node("MatMul", ["x", "w0"], ["h0"], name="mm0")]
     inits = {"w0": _w(16, 16)}
@@ -146,6 +148,7 @@ def test_the_buffer_plan_reuses_freed_slots():
     np.testing.assert_allclose(exe(**feeds)[0], run_ort(m, feeds)[0], rtol=1e-4, atol=1e-6)  # a second run too
 
 
+@pytest.mark.slow
 def test_the_executor_checks_its_inputs():
     m = _bottleneck()
     exe = ts.compile_model(m, None)

@@ -124,6 +124,7 @@ def test_nodes_out_of_order_are_sorted():
     assert [n.name for n in g.nodes] == ["first", "second"]
 
 
+@pytest.mark.slow
 def test_the_built_in_models_import_with_static_shapes():
     for name in ("resnet50", "mobilenet_v2", "bert_base", "vit_b_16", "resnet50_int8", "bert_base_int8"):
         g = from_onnx(load_model(name, reduced=True))

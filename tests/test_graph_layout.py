@@ -112,6 +112,7 @@ def made_by(g: Graph, value: str) -> Node:
 # structure and numerics
 
 
+@pytest.mark.slow
 def test_residual_block_has_one_transform_in_and_one_out(stand_ins):
     w1, w2 = f32(8, 4, 3, 3), f32(8, 8, 3, 3)
     m = model(
@@ -150,6 +151,7 @@ def test_residual_block_has_one_transform_in_and_one_out(stand_ins):
     check_against_ort(m, graph_pass=to_nhwc)
 
 
+@pytest.mark.slow
 def test_per_channel_constants_are_permuted(stand_ins):
     s, t, u = f32(8, 1, 1), f32(1, 8, 1, 1), f32(5)
     m = model(
@@ -172,6 +174,7 @@ def test_per_channel_constants_are_permuted(stand_ins):
     check_against_ort(m, graph_pass=to_nhwc)
 
 
+@pytest.mark.slow
 def test_concat_axis_is_remapped(stand_ins):
     m = model(
         [
@@ -212,6 +215,7 @@ def test_one_transform_back_per_value_shared_by_its_consumers(stand_ins):
     check_against_ort(m, graph_pass=to_nhwc)
 
 
+@pytest.mark.slow
 def test_conv_batch_norm_pools_numerics():
     c = 6
     bn = {"s": f32(c), "b": f32(c), "m": f32(c), "v": np.abs(f32(c)) + 0.5}

@@ -58,6 +58,7 @@ def test_the_built_in_names():
 
 
 @pytest.mark.parametrize("name", NAMES)
+@pytest.mark.slow
 def test_reduced_model_is_valid_onnx_and_runs(name):
     model = reduced(name)
     onnx.checker.check_model(model, full_check=True)
@@ -247,6 +248,7 @@ FULL_INPUTS = {
 }
 
 
+@pytest.mark.slow
 def test_full_size_models_have_the_published_parameter_counts():
     for name, published in PUBLISHED.items():
         model = models.build_model(name)

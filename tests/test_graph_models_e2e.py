@@ -12,6 +12,8 @@ from graph_util import run_ort
 import tensorsearch as ts
 from tensorsearch.graph.models import load_model, random_inputs
 
+pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
+
 FLOAT_MODELS = ["resnet50", "mobilenet_v2", "bert_base", "bert_large", "vit_b_16"]
 INT8_MODELS = ["resnet50_int8", "bert_base_int8"]
 AGREEMENT_INPUTS = 20

@@ -66,6 +66,7 @@ CONV_2D = {
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", CONV_2D)
+@pytest.mark.slow
 def test_conv_2d(case, layout):
     inputs, inits, attrs = CONV_2D[case]
     check_against_ort(single("Conv", inputs, inits, **attrs), graph_pass=layout)
@@ -135,6 +136,7 @@ CONV_TRANSPOSE_2D = {
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("case", CONV_TRANSPOSE_2D)
+@pytest.mark.slow
 def test_conv_transpose_2d(case, layout):
     inputs, inits, attrs = CONV_TRANSPOSE_2D[case]
     check_against_ort(single("ConvTranspose", inputs, inits, **attrs), graph_pass=layout)
@@ -191,6 +193,7 @@ NHWC_POOLS = {"max_pads", "max_ceil", "avg_include_pad", "avg_ceil_include_pad",
     [pytest.param(c, None, id=f"{c}-nchw") for c in POOLS]
     + [pytest.param(c, to_nhwc, id=f"{c}-nhwc") for c in POOLS if c in NHWC_POOLS],
 )
+@pytest.mark.slow
 def test_pool(case, layout):
     op, inputs, attrs = POOLS[case]
     check_against_ort(single(op, inputs, **attrs), graph_pass=layout)

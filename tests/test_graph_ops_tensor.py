@@ -48,6 +48,7 @@ def unfolded(monkeypatch):
 # elementwise
 
 
+@pytest.mark.slow
 def test_binary_arithmetic_broadcasts_like_numpy():
     for op in ("Add", "Sub", "Mul", "Div"):
         check(single(op, {"a": (F, [2, 3, 4]), "b": (F, [3, 1])}))
@@ -80,6 +81,7 @@ def test_pow_special_exponents_and_integers():
     check(single("Pow", {"a": (I32, [4]), "e": (I32, [4])}), ints)
 
 
+@pytest.mark.slow
 def test_unary_math():
     for op in ("Neg", "Abs", "Exp", "Erf", "Tanh", "Sigmoid", "Relu", "Reciprocal", "Floor", "Ceil"):
         check(single(op, {"a": (F, [3, 5])}))
@@ -106,6 +108,7 @@ def test_clip_bounds_are_optional_inputs():
     check(single("Clip", {"a": (I64, [9])}, {"lo": np.array(-5, np.int64), "hi": np.array(6, np.int64)}, opset=13))
 
 
+@pytest.mark.slow
 def test_comparisons_and_logic():
     a = np.array([1.0, 2.0, -1.0, 3.0, 0.5, 2.0], np.float32)
     b = np.array([1.0, 1.0, 2.0, 3.0, -0.5, 2.5], np.float32)
@@ -123,6 +126,7 @@ def test_comparisons_and_logic():
     check(single("Where", {"c": (B, [5])}, {"a": np.array(1, np.int64), "b": np.arange(5, dtype=np.int64)}))
 
 
+@pytest.mark.slow
 def test_cast_between_float_int_and_bool():
     x = {"a": np.array([-1.7, 1.7, 100.9, -0.5, 0.0, 3.5, -127.2, 42.0], np.float32)}
     for to in (TensorProto.INT32, TensorProto.INT64, TensorProto.INT8, TensorProto.BOOL, TensorProto.FLOAT):
@@ -145,6 +149,7 @@ def test_identity_and_dropout_at_inference():
     check(model([node], {"a": (F, [2, 3])}, ["y", "mask"], init))  # the mask is all true
 
 
+@pytest.mark.slow
 def test_erf_gelu_chain():
     nodes = [
         helper.make_node("Div", ["x", "sqrt2"], ["d"]),
@@ -174,6 +179,7 @@ def test_bert_attention_mask_chain():
 # layout and shape
 
 
+@pytest.mark.slow
 def test_reshape_flatten_squeeze_unsqueeze():
     x = {"a": (F, [2, 3, 8])}
     for shape in ([0, -1, 4, 2], [6, 8], [-1], [2, 1, 24], [4, 3, 2, 2]):
@@ -256,6 +262,7 @@ def test_expand_and_tile():
 # constants
 
 
+@pytest.mark.slow
 def test_constant_producers_are_written_by_the_kernel(unfolded):
     x = {"a": (F, [2, 3, 4])}
     check(single("Shape", x))
@@ -291,6 +298,7 @@ def test_folded_constant_output_is_written():
 # reductions
 
 
+@pytest.mark.slow
 def test_softmax_single_axis_and_coerced():
     x = {"a": (F, [2, 3, 5])}
     for opset, axis in ((11, 1), (11, -1), (11, 0), (13, 1), (17, -1), (13, 0)):
@@ -303,6 +311,7 @@ def test_softmax_single_axis_and_coerced():
     reduction(single("Softmax", x), {"a": masked})
 
 
+@pytest.mark.slow
 def test_layer_normalization():
     x = {"a": (F, [2, 3, 8])}
     scale, bias = rand((8,), seed=2), rand((8,), seed=3)
@@ -316,6 +325,7 @@ def test_layer_normalization():
     check(single("LayerNormalization", x, {"s": scale}), shifted, rtol=5e-4, atol=5e-4)
 
 
+@pytest.mark.slow
 def test_reduce_axes_keepdims_and_opsets():
     x = {"a": (F, [2, 3, 4])}
     for opset in (11, 17):
@@ -387,6 +397,7 @@ def test_registered_kinds():
 MODELS = ("bert_base", "vit_b_16")
 
 
+@pytest.mark.slow
 def test_model_nodes_lower_on_their_own(monkeypatch):
     """Every node of the reduced BERT and ViT that this module lowers, lowers on its own (import
     told to accept the anchors that have no lowering yet)."""
@@ -409,7 +420,6 @@ def _ops_of_this_module() -> list[str]:
     return [op for op, low in registry.LOWERINGS.items() if low.fn.__module__.endswith("ops_tensor")]
 
 
-@pytest.mark.skipif(lowering_of("MatMul") is None, reason="MatMul has no lowering on this branch (helper nn's ops)")
 @pytest.mark.parametrize("name", MODELS)
 def test_reduced_models_import(name):
     from tensorsearch.graph import models

@@ -16,6 +16,8 @@ from onnx import helper
 
 import tensorsearch as ts
 
+pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
+
 EXAMPLES = 60
 MIN_OP_TYPES = 20
 

@@ -134,6 +134,7 @@ def _qlinear_conv(xdt: str, wdt: str, cin=4, cout=6, group=1, per_channel=True, 
 
 
 @pytest.mark.parametrize("xdt, wdt", [("uint8", "int8"), ("int8", "int8"), ("uint8", "uint8")])
+@pytest.mark.slow
 def test_qlinear_conv(xdt, wdt):
     _check(_qlinear_conv(xdt, wdt, pads=[1, 1, 1, 1], strides=[2, 2]))
 
@@ -205,6 +206,7 @@ def _run_graph(g: Graph, feeds: Mapping[str, np.ndarray]) -> list[np.ndarray]:
 
 
 @pytest.mark.parametrize("group", [1, 4])
+@pytest.mark.slow
 def test_qlinear_conv_nhwc_equals_nchw_transposed(group):
     """The layout pass's form: NHWC data, the weight as [KH, KW, Cin/group, Cout]."""
     m = _qlinear_conv("uint8", "int8", cin=4, cout=8, group=group, pads=[1, 0, 1, 2], strides=[2, 1])
@@ -379,6 +381,7 @@ def _shared_activation_matmul(k: int, n: int, seed: int = 0) -> onnx.ModelProto:
 
 @needs_mlas_avx2
 @pytest.mark.parametrize("k, n", [(300, 256), (768, 192), (48, 64)])
+@pytest.mark.slow
 def test_matmul_of_a_shared_int8_activation_runs_in_float_as_onnxruntime_sums(k, n):
     """The float MatMul is onnxruntime's bit for bit: the K terms in MLAS's blocks (300 by 256
     columns: 128 + 128 + 44), a chain of fused multiply-adds in each, the blocks added in order."""
@@ -432,6 +435,7 @@ def test_mlas_stride_k():
     ]
 
 
+@pytest.mark.slow
 def test_kept_int8_follows_onnxruntimes_consumer_edges():
     """A Q whose DequantizeLinear feeds one node becomes uint8 and the op reading it is fused; a
     shared DQ (two readers) or two DQs keep the Q int8 and the op in float."""
@@ -463,6 +467,7 @@ def test_fold_gemm():
 @pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("act", ["int8", "uint8"])
 @pytest.mark.parametrize("shape2", [(2, 3, 8), (8,), (1, 3, 1), (1,)])
+@pytest.mark.slow
 def test_fold_binary(op, act, shape2):
     core = [helper.make_node(op, ["xf", "x2f"], ["yf"])]
     m = _qdq_model(core, {"x": (2, 3, 8), "x2": shape2}, {}, act)
@@ -479,6 +484,7 @@ _BOUNDARY_PARAMS = {"Add": (0.038, 0.0014, 0.084, 169, 39, 136), "Mul": (0.0055,
 
 @pytest.mark.parametrize("op", ["Add", "Mul"])
 @pytest.mark.parametrize("act, uint8_activations", [("int8", True), ("int8", False), ("uint8", True)])
+@pytest.mark.slow
 def test_fold_binary_at_rounding_boundaries(op, act, uint8_activations):
     """Every pair of inputs; int8 computed as onnxruntime's uint8 kernel computes it, whether
     fold_qdq makes it uint8 or not."""
@@ -530,6 +536,7 @@ def test_fold_global_average_pool():
     "act, extent, y_scale",
     [("int8", 16, 1 / 256), ("uint8", 16, 1 / 256), ("int8", 128, 1 / 255), ("uint8", 197, 1 / 255)],
 )
+@pytest.mark.slow
 def test_fold_softmax(act, extent, y_scale):
     """The lookup-table softmax bit for bit, its rows summed in order; 1 / 255 a y_scale whose
     inverse is floored (to 254)."""
@@ -792,6 +799,7 @@ _VNNI_HERE = load_hardware("host").has_feature("+avx512vnni")
 
 
 @pytest.mark.parametrize("name", ["resnet50_int8", "bert_base_int8"])
+@pytest.mark.slow
 def test_int8_model_tasks_match_onnxruntime_subgraphs(name):
     """Every integer task of the model (a fused kernel: QLinearConv with its QLinearAdd and
     requantize, QLinearMatMul, ...), compiled with its default schedule, against onnxruntime

@@ -1,12 +1,12 @@
 """ONNX files that torch itself exported from torchvision's ResNet-50, MobileNet-V2 and ViT-B/16
-(random weights) import, compile for the host and match onnxruntime (issue 14).
+(random weights) import, compile for the host and match onnxruntime.
 
 torch is never a dependency of tensorsearch or CI: the files come from a side environment,
 
     python experiments/torchvision_models.py --setup --export
 
 which writes them into ``tensorsearch.graph.models.cache_dir() / "torchvision"``. Without a file
-its test is skipped and says that command; without ``tensorsearch.compile_model`` too. The output
+its test is skipped and says that command. The output
 must be within 1e-3 of the reference's largest magnitude: max |ours - onnxruntime| <= 1e-3 *
 max |onnxruntime|. Full-size models, unscheduled kernels: minutes each where the files exist.
 
@@ -52,13 +52,10 @@ def test_torchvision_export_matches_onnxruntime(name):
     path = exported(name)
     if not path.is_file():
         pytest.skip(f"no torch export of {name} at {path}; run {EXPORT_CMD}")
-    compile_model = getattr(tensorsearch, "compile_model", None)
-    if compile_model is None:
-        pytest.skip("tensorsearch.compile_model does not exist yet")
     model = onnx.load(path)
     feeds = models.random_inputs(model, seed=0)
     graph = from_onnx(model)
-    exe = compile_model(graph, "host")
+    exe = tensorsearch.compile_model(graph, "host")
     got = exe(*[feeds[v.name] for v in graph.inputs])
     want = onnxruntime_outputs(path, feeds)
     assert len(got) == len(want) == len(graph.outputs)

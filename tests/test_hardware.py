@@ -149,8 +149,19 @@ def test_broken_descriptor_names_file_and_key(tmp_path, text, key, fragment):
     err = info.value
     assert err.source == str(path) and err.key == key
     message = str(err)
-    assert message.startswith(f"{path}: {key}: " if key else f"{path}: ")
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert message.startswith(f"{where}: {key}: " if key else f"{where}: ")
     assert fragment in message
+
+
+def test_an_error_names_the_line_of_its_key(tmp_path):
+    path = tmp_path / "broken.yaml"
+    path.write_text(_broken(GOOD, "features: [+avx2, +fma]", "featurs: [+avx2, +fma]"))
+    with pytest.raises(HardwareError) as info:
+        hardware.load(path)
+    line = path.read_text().splitlines().index("featurs: [+avx2, +fma]") + 1
+    assert info.value.line == line
+    assert str(info.value).startswith(f"{path}:{line}: featurs: unknown key 'featurs'; did you mean 'features'? ")
 
 
 def test_host_on_this_machine():

@@ -159,6 +159,7 @@ BROKEN = [
 
 
 @pytest.mark.parametrize(("old", "new", "key", "fragments"), [b[1:] for b in BROKEN], ids=[b[0] for b in BROKEN])
+@pytest.mark.slow
 def test_broken_amx_file_names_file_key_and_mistake(tmp_path, old, new, key, fragments):
     assert old in AMX_TEXT
     path = tmp_path / "x86-amx.yaml"
@@ -348,6 +349,7 @@ def test_register_blocking_fills_the_tile_registers_with_the_most_multiplies_per
     assert register_blocking(tdpbusd, {"i": 16, "j": 16}) == {}
 
 
+@pytest.mark.slow
 def test_tile_with_intrin_then_tensorize_gives_the_unit_tile():
     wl = workloads.make("GMM", (1, 64, 64, 128), "int8")
     sch = Schedule(wl.func, hardware=SPR)
@@ -366,6 +368,7 @@ def test_tile_with_intrin_then_tensorize_gives_the_unit_tile():
     assert "for unit_k in range(2)" in str(mod.lowered).replace("T.serial(2)", "range(2)")
 
 
+@pytest.mark.slow
 def test_the_sapphire_rapids_design_space_tensorizes_int8_gemm_with_amx():
     wl = workloads.make("GMM", (1, 128, 128, 128), "int8")
     space = DesignSpace(wl.func, SPR)
@@ -412,6 +415,7 @@ AMX_CONVOLUTIONS = [  # a 3-channel first layer, a 1x1 convolution, 1-D, grouped
 
 
 @pytest.mark.parametrize("name, args", AMX_CONVOLUTIONS)
+@pytest.mark.slow
 def test_convolutions_tensorize_with_amx_through_the_design_space(name, args):
     # each compiles to tdpbusd everywhere and matches numpy where the CPU has AMX
     wl = workloads.make(name, args, "int8")

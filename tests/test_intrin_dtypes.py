@@ -1,4 +1,4 @@
-"""bfloat16 and float16 in intrinsic YAML (issue 12, part 4).
+"""bfloat16 and float16 in intrinsic YAML.
 
 bfloat16 / float16 operands, ``then`` steps on them (reinterpret, cast), LLVM intrinsics declared
 with ``<N x bfloat>`` / ``<N x half>`` vectors (AVX512-BF16 vdpbf16ps, AVX512-FP16 vmaxph, compiled
@@ -349,6 +349,7 @@ WRONG_SIGNATURES = [
 @pytest.mark.parametrize(
     ("text", "key", "fragments"), [w[1:] for w in WRONG_SIGNATURES], ids=[w[0] for w in WRONG_SIGNATURES]
 )
+@pytest.mark.slow
 def test_wrong_llvm_signature_is_one_line_naming_file_and_key(tmp_path, text, key, fragments):
     path = _write(tmp_path, text)
     with pytest.raises(IntrinsicError) as info:
@@ -356,7 +357,8 @@ def test_wrong_llvm_signature_is_one_line_naming_file_and_key(tmp_path, text, ke
     err = info.value
     message = str(err)
     assert err.source == str(path) and err.key == key, message
-    assert message.startswith(f"{path}: {key}: ") and "\n" not in message
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert message.startswith(f"{where}: {key}: ") and "\n" not in message
     for fragment in fragments:
         assert fragment in message, message
 

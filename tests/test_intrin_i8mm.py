@@ -7,10 +7,9 @@ missing (``apt-get install qemu-user gcc-aarch64-linux-gnu``)."""
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 import pytest
+from seeds import seeded_rng
 
 import tensorsearch as ts
 from tensorsearch import hardware, te, workloads
@@ -19,6 +18,8 @@ from tensorsearch.runtime.cross import aarch64_tools_available, run_aarch64
 from tensorsearch.runtime.verify import IntrinsicVerifyError, verify_intrinsic
 from tensorsearch.schedule import Schedule
 from tensorsearch.search.space import DesignSpace
+
+pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
 
 V1 = hardware.load("arm-neoverse-v1")
 UNITS = {  # intrinsic -> (A dtype, B dtype, C dtype, mnemonic)
@@ -99,7 +100,7 @@ def test_a_gemm_tensorized_with_each_unit_matches_numpy(name, tmp_path):
     mod = ts.build(sch.func, V1, name="gemm")
     assert f"\t{mnemonic}\t" in mod.assembly
     _needs_qemu()
-    rng = np.random.default_rng(random.randrange(1 << 30))
+    rng = seeded_rng()
     a, b = _random((m, k), a_dtype, rng), _random((k, n), b_dtype, rng)
     c = _random((m, n), c_dtype, rng)  # garbage, not zeros: the kernel initializes it
     *_, got = _run(mod, tmp_path, [a, b, c])
@@ -122,7 +123,7 @@ def test_the_design_space_tensorizes_an_int8_gemm_with_usmmla(tmp_path):
     mod = ts.build(cand.func, V1, name="gmm")
     assert "\tusmmla\t" in mod.assembly
     _needs_qemu()
-    xs = wl.make_inputs(np.random.default_rng(random.randrange(1 << 30)))
+    xs = wl.make_inputs(seeded_rng())
     out = np.full(wl.outputs[0].shape, -7, np.int32)
     *_, got = _run(mod, tmp_path, [*xs, out])
     wl.check([got], wl.reference(*xs))

@@ -1,4 +1,4 @@
-"""The auto-tensorization matcher and tile_with_intrin (issue 5, parts 3 and 4's tiling step).
+"""The auto-tensorization matcher and tile_with_intrin: which mappings exist and why others fail, and the tiling that applies one.
 
 Each report is checked for the mapping it states (which workload iterators play which intrinsic
 iterator, the padding, the layout transforms) and for the reasons it gives; tile_with_intrin's
@@ -148,6 +148,7 @@ def test_three_input_channels_pad_rc_in_place_before_gathering(vnni):
     assert [round(m.cost, 2) for m in report.feasible[2:]] == [2.29, 2.29]  # rh or rw 7 -> 8, gathered
 
 
+@pytest.mark.slow
 def test_grp_int8_vnni_maps_per_group(vnni):
     """cc // 32 picks the input channels of cc's group, so cc indexes A and cannot play i; split
     into (group, channel in the group), the channel plays i and rc plays k."""
@@ -216,6 +217,7 @@ def _tile(func, block: str, intrin):
     return sch, outer
 
 
+@pytest.mark.slow
 def test_tile_gmm_int8_vnni(vnni):
     func = workloads.make("GMM", (1, 64, 64, 64), "int8").func
     sch, outer = _tile(func, "Z", vnni)
@@ -317,6 +319,7 @@ def main(inputs: T.Buffer((1, 3, 3, 3), "uint8"), weight: T.Buffer((3, 3, 3, 16)
 """
 
 
+@pytest.mark.slow
 def test_fused_mapping_gathers_and_pads_each_operand_once(vnni):
     """k <- rh * rw * rc (27, padded to 28): the block's reduce iterators merged into one, each
     operand gathered (im2col) and padded by one copy into the intrinsic's tile layout."""
@@ -337,6 +340,7 @@ def test_fused_mapping_gathers_and_pads_each_operand_once(vnni):
         ("DIL", (1, 8, 8, 3, 16, 3, 1, 1, 2)),
     ],
 )
+@pytest.mark.slow
 def test_fused_mappings_compute_the_convolution(vnni, name, args):
     func = workloads.make(name, args, "int8").func
     block = func.buffers[-1].name
@@ -353,17 +357,30 @@ def test_fused_mappings_compute_the_convolution(vnni, name, args):
 
 
 def test_cli_match(capsys):
-    assert main(["match", "GMM", "--hardware", "x86-emeraldrapids"]) == 0
+    assert main(["match", "GMM", "--dtype", "int8", "--hardware", "x86-emeraldrapids"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("# GMM[0] int8 args=(1, 128, 128, 128) on x86-emeraldrapids")
     assert f"block Z vs intrinsic {VNNI}: 1 feasible mapping(s)" in out
     assert "i (spatial, extent 16) <- v_j (extent 128; 8 tiles)" in out
-    assert main(["match", "DEP", "--hardware", "x86-emeraldrapids", "--block", "depth_conv2d_nhwc"]) == 0
+    assert (
+        main(["match", "DEP", "--dtype", "int8", "--hardware", "x86-emeraldrapids", "--block", "depth_conv2d_nhwc"])
+        == 0
+    )
     out = capsys.readouterr().out
     assert "NO feasible mapping" in out and "no workload iterator plays the role of i" in out
     assert "PadInput" not in out.split("\n")[2]
     assert main(["match", "GMM", "--dtype", "float32", "--hardware", "x86-emeraldrapids"]) == 0
-    assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "operand B is float32 (workload buffer Y), the intrinsic reads int8" in captured.out
+    assert "warning" not in captured.err  # float32 was asked for
+    # without --dtype: float32, as for show and tune, and a note that the VNNI unit takes int8
+    assert main(["match", "GMM", "--hardware", "x86-emeraldrapids"]) == 0
+    captured = capsys.readouterr()
+    assert captured.out.startswith("# GMM[0] float32 args=(1, 128, 128, 128)")
+    assert captured.err.startswith(
+        "tensorsearch match: warning: GMM float32 (the default): none of x86-emeraldrapids's tensor intrinsics "
+        "takes float32, so none is used; vnni_dot_16x4_u8i8i32 takes int8: add --dtype int8 to use them"
+    )
     assert main(["match", "GMM", "--hardware", "x86-emeraldrapids", "--block", "nope"]) == 2
     assert "has no block 'nope'" in capsys.readouterr().err
 

@@ -187,7 +187,7 @@ def test_a_wrong_accumulate_dtype_is_refused_when_the_file_loads(tmp_path):
     with pytest.raises(IntrinsicError) as info:
         target.load_intrinsic(path)
     assert str(info.value).startswith(
-        f"{path}: intrinsics[0].llvm.returns: expected int16x8: the stored operand C ([8] int16) as one vector, "
+        f"{path}:26: intrinsics[0].llvm.returns: expected int16x8: the stored operand C ([8] int16) as one vector, "
         "found 'int32x8'"
     )
 
@@ -281,6 +281,7 @@ def test_vnni_on_a_cpu_without_it_is_not_verified_and_says_so_once():
         assert not verify_intrinsic(vnni, hw).verified  # once per intrinsic per process
 
 
+@pytest.mark.slow
 def test_sdot_is_verified_under_qemu_where_installed():
     arm = target.load("arm-graviton2")
     sdot = arm.intrinsic("neon_sdot_4x4_i8i8i32")
@@ -293,6 +294,7 @@ def test_sdot_is_verified_under_qemu_where_installed():
     assert verdict.verified and verdict.detail == "8 trials under qemu-aarch64 (neoverse-n1)"
 
 
+@pytest.mark.slow
 def test_a_wrong_aarch64_intrinsic_is_refused_under_qemu(tmp_path):
     reason = aarch64_tools_available()
     if reason is not None:

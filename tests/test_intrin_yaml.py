@@ -1,4 +1,4 @@
-"""Tensor intrinsics and hardware descriptors in YAML (issue 5, parts 1 and 2).
+"""Tensor intrinsics and hardware descriptors in YAML: every file loads, and every mistake is one error naming file and key.
 
 Every shipped descriptor and intrinsic set loads; the semantics become a one-block PrimFunc that
 verifies and computes what numpy computes; each LLVM implementation is checked against LLVM itself
@@ -312,6 +312,7 @@ def _wmma_kernel(s: IntrinsicSet, unit_name: str, kernel: str) -> str:
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.slow
 def test_wmma_templates_compile_with_nvcc(tmp_path):
     f16, s8 = load_intrinsic("cuda-wmma-f16"), load_intrinsic("cuda-wmma-s8")
     includes = sorted({h for s in (f16, s8) for i in s for h in i.impl.includes} | {"cuda_fp16.h"})
@@ -472,6 +473,7 @@ BROKEN_INTRINSICS = [
 @pytest.mark.parametrize(
     ("text", "key", "fragments"), [b[1:] for b in BROKEN_INTRINSICS], ids=[b[0] for b in BROKEN_INTRINSICS]
 )
+@pytest.mark.slow
 def test_broken_intrinsic_file_names_file_key_and_mistake(tmp_path, text, key, fragments):
     path = tmp_path / "broken.yaml"
     path.write_text(text.replace("name: x86-avx512-vnni-256", "name: broken"))  # the file is broken.yaml
@@ -480,7 +482,8 @@ def test_broken_intrinsic_file_names_file_key_and_mistake(tmp_path, text, key, f
     err = info.value
     assert isinstance(err, HardwareError) and err.source == str(path) and err.key == key
     message = str(err)
-    assert message.startswith(f"{path}: {key}: " if key else f"{path}: ")
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert message.startswith(f"{where}: {key}: " if key else f"{where}: ")
     for fragment in fragments:
         assert fragment in message, message
 
@@ -501,6 +504,7 @@ WMMA_BAD = [
 
 
 @pytest.mark.parametrize(("old", "new", "key", "fragments"), [b[1:] for b in WMMA_BAD], ids=[b[0] for b in WMMA_BAD])
+@pytest.mark.slow
 def test_broken_cuda_intrinsic_file(tmp_path, old, new, key, fragments):
     text = Path(load_intrinsic("cuda-wmma-f16").source).read_text()
     path = tmp_path / "cuda-wmma-f16.yaml"
@@ -551,7 +555,8 @@ def test_broken_hardware_file_names_file_key_and_mistake(tmp_path, base, old, ne
         hardware.load(path)
     err = info.value
     assert err.source == str(path) and err.key == key, str(err)
-    assert str(err).startswith(f"{path}: {key}: ")
+    where = f"{path}:{err.line}" if err.line is not None else str(path)  # the key's line, where it has one
+    assert str(err).startswith(f"{where}: {key}: ")
     for fragment in fragments:
         assert fragment in str(err), str(err)
 

@@ -122,6 +122,7 @@ def test_structural_equal_tracks_variable_correspondence():
     assert not structural_equal(x, Var("f", "float32"))
 
 
+@pytest.mark.slow
 def test_structural_hash_is_stable_across_processes():
     code = (
         "import sys; sys.path.insert(0, 'tests'); from test_ir import _gemm; "

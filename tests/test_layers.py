@@ -134,6 +134,7 @@ def test_library_stays_in_its_layer(library, allowed):
 HARDWARE_LIKE = {"hardware", "hw", "target", "workload", "func_or_workload"}
 
 
+@pytest.mark.slow
 def test_no_hardware_target_or_workload_passed_as_any():
     bad = []
     for module, path in MODULES.items():

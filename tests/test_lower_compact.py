@@ -4,6 +4,8 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
+from seeds import seeded_rng
 
 import tensorsearch as ts
 from tensorsearch import workloads
@@ -33,10 +35,11 @@ def test_cache_write_accumulator_shrinks_to_its_tile():
     assert [int(s.value) for s in allocs["Y_global"].shape] == [64 * 64]
 
 
+@pytest.mark.slow
 def test_compacted_gemm_is_exact_and_fp_contract_is_opt_in():
     wl = workloads.make("GMM", (1, 32, 48, 16))
     sch = schedule_gemm(wl.func, mi=4, ni=16, ki=4)
-    x, y = wl.make_inputs(np.random.default_rng())
+    x, y = wl.make_inputs(seeded_rng())
     expected = wl.reference(x, y)[0]
     plain = ts.build(sch.func)
     assert "fmuladd" not in plain.llvm_ir

@@ -27,6 +27,7 @@ def test_every_public_name_resolves(name):
     assert getattr(ts, name) is not None
 
 
+@pytest.mark.slow
 def test_names_resolve_in_a_fresh_interpreter_without_importing_everything():
     code = (
         "import sys, tensorsearch as ts; "

@@ -111,6 +111,7 @@ def _gemm() -> tuple:
     return func, sch, sch.get_loops(sch.get_block("C"))
 
 
+@pytest.mark.slow
 def test_blockize_gemm_tile():
     func, sch, loops = _gemm()
     outer = sch.blockize(loops[3])
@@ -124,6 +125,7 @@ def test_blockize_gemm_tile():
     check_same_results(func, sch.func)
 
 
+@pytest.mark.slow
 def test_blockize_innermost_reduction_loop():
     func, sch, loops = _gemm()
     sch.blockize(loops[5])
@@ -132,6 +134,7 @@ def test_blockize_innermost_reduction_loop():
     check_same_results(func, sch.func)
 
 
+@pytest.mark.slow
 def test_blockize_whole_nest():
     func, sch, loops = _gemm()
     sch.blockize(loops[0])
@@ -157,6 +160,7 @@ def test_blockize_unit_iters(preserve_unit_iters):
     check_same_results(func, sch.func)
 
 
+@pytest.mark.slow
 def test_blockize_twice_nests_blocks():
     func, sch, loops = _gemm()
     sch.blockize(loops[3])

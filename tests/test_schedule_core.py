@@ -148,6 +148,7 @@ def test_every_primitive_is_a_registered_instruction():
         assert name in INSTRUCTION_KINDS
 
 
+@pytest.mark.slow
 def test_replay_across_processes_gives_identical_hash(tmp_path):
     sch = Schedule(C2D, seed=7)
     conv = sch.get_block("conv2d_nhwc")

@@ -447,6 +447,7 @@ def test_fuse_unit_loop_without_preserving_it():
     check_same_results(func, sch.func)
 
 
+@pytest.mark.slow
 def test_fuse_errors():
     sch, (i, j, k) = _sch(MATMUL, "C")
     _fails(sch, lambda: sch.fuse(i, k), LoopStructureError, "loop k is not directly inside loop i")

@@ -125,6 +125,7 @@ def test_cache_size_is_validated_and_bounds_the_cache():
 
 
 @pytest.mark.parametrize("name, index, dtype", [("GMM", 0, "int8"), ("C2D", 0, "float32")])
+@pytest.mark.slow
 def test_candidates_are_the_same_with_and_without_the_cache(name, index, dtype):
     """Fresh samples and their replays make the same programs and traces either way."""
     space = DesignSpace(workloads.get(name, index, dtype).func, hardware.load("x86-znver4"))

@@ -580,6 +580,7 @@ def _int_exprs():
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_int_exprs())
+@pytest.mark.slow
 def test_random_expressions_round_trip(e):
     h = Var("P_handle", "handle")
     roundtrip(PrimFunc((_X, _Y, h), BufferStore(_P, e, (_X,)), ((h, _P),), {"global_symbol": "main"}))

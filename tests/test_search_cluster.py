@@ -17,6 +17,8 @@ import pytest
 from tensorsearch import hardware
 from tensorsearch.search.measure import RunnerPool, init_ray, resolve_address
 
+pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
+
 HERE = Path(__file__).resolve().parent
 HOST = hardware.load("host")
 

@@ -96,6 +96,7 @@ def unmeasured_candidates(count, seed=0, n=64):
     return feats, lats
 
 
+@pytest.mark.slow
 def test_random_scores_before_enough_data():
     feats, lats = unmeasured_candidates(8)
     model = CostModel(seed=5, min_train_samples=6)
@@ -110,6 +111,7 @@ def test_random_scores_before_enough_data():
     assert model.trained
 
 
+@pytest.mark.slow
 def test_save_load_round_trip_predicts_identically(tmp_path):
     feats, lats = unmeasured_candidates(30)
     lats[4] = math.inf  # a failed candidate
@@ -140,6 +142,7 @@ def test_untrained_model_round_trips_its_random_state(tmp_path):
     np.testing.assert_array_equal(loaded.predict(feats), model.predict(feats))
 
 
+@pytest.mark.slow
 def test_failed_candidates_score_low():
     feats, lats = unmeasured_candidates(20, seed=3)
     failed, _ = unmeasured_candidates(20, seed=4, n=32)  # other programs, all failing
@@ -162,6 +165,7 @@ def test_bad_arguments_and_files_are_rejected(tmp_path):
         CostModel.load(bad)
 
 
+@pytest.mark.slow
 def test_cost_model_ranks_held_out_candidates_better_than_random():
     """Acceptance: train on 60 measured random GEMM schedules, rank 30 held-out ones.
 

@@ -33,6 +33,7 @@ def test_machine_model_reads_the_yaml():
 @pytest.mark.parametrize(
     "name,dtype", [("GMM", "int8"), ("GMM", "float32"), ("C2D", "float32"), ("C2D", "int8")], ids=str
 )
+@pytest.mark.slow
 def test_heuristic_decisions_replay_and_postprocess_in_every_design_space(name, dtype):
     wl = workloads.make(name, SMALL[name], dtype)
     space = DesignSpace(wl.func, ZNVER4)
@@ -93,6 +94,7 @@ def test_depthwise_register_tile_is_one_vector_by_a_few_columns_with_many_jobs()
 
 
 @pytest.mark.parametrize("dtype", ["float32", "int8"])
+@pytest.mark.slow
 def test_depthwise_analytic_candidates_match_numpy(dtype):
     wl = workloads.make("DEP", (1, 16, 16, 32, 3, 1, 1), dtype)
     space = DesignSpace(wl.func, ZNVER4)
@@ -117,6 +119,7 @@ def test_int8_gemm_register_tile_counts_intrinsic_tiles():
     assert 8 <= i_tiles[-1] * j_tiles[-1] <= 32 - j_tiles[-1] - 2
 
 
+@pytest.mark.slow
 def test_first_round_measures_the_analytic_candidates_alone():
     wl = workloads.make("GMM", SMALL["GMM"], "int8")
     space = DesignSpace(wl.func, ZNVER4)
@@ -143,6 +146,7 @@ def test_first_round_measures_the_analytic_candidates_alone():
     assert stats.heuristic == 0
 
 
+@pytest.mark.slow
 def test_a_round_from_nothing_measured_and_untrained_measures_fresh_samples():
     wl = workloads.make("GMM", SMALL["GMM"], "int8")
     space = DesignSpace(wl.func, ZNVER4)

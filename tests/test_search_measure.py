@@ -115,6 +115,7 @@ def f32():
         yield m
 
 
+@pytest.mark.slow
 def test_init_ray_is_idempotent(f32):
     import ray
 
@@ -122,6 +123,7 @@ def test_init_ray_is_idempotent(f32):
     assert ray.is_initialized()
 
 
+@pytest.mark.slow
 def test_ray_workers_run_at_the_drivers_niceness(f32):
     """Ray starts its workers at niceness 15 unless told otherwise: beside a busy neighbour the
     builds, the search and the timing got ~2% of a core. Every one runs at the command's."""
@@ -160,12 +162,14 @@ def test_a_worker_that_may_not_take_the_drivers_niceness_says_why(monkeypatch):
     )
 
 
+@pytest.mark.slow
 def test_correct_float32_candidates(f32):
     results = f32.measure([F32.func, tiled(F32.func)])
     for r in results:
         assert_ok(r)
 
 
+@pytest.mark.slow
 def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
     """Finalists re-timed in rounds: per candidate, each round's latencies; a failed one gets
     empty rounds. Every other round runs them in reverse order, so none always runs first; the
@@ -186,6 +190,7 @@ def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
     assert rounds[2] == [[], [], []]
 
 
+@pytest.mark.slow
 def test_the_reference_sees_a_busy_host(f32):
     """Beside two spinning processes the runner's reference kernel runs slower than it has run
     quietly: the timing is taken twice, and the result says it was disturbed."""
@@ -201,6 +206,7 @@ def test_the_reference_sees_a_busy_host(f32):
     assert busy.disturbance > DISTURBED and len(busy.latencies) == 6
 
 
+@pytest.mark.slow
 def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
     # slow_after=0: every first run is "slow", so each keeps one latency, that of its check run
     fast, slow = f32.measure([F32.func, tiled(F32.func)], slow_after=0.0)
@@ -210,6 +216,7 @@ def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
     assert_ok(f32.measure([tiled(F32.func)], slow_after=60.0)[0])
 
 
+@pytest.mark.slow
 def test_flush_cache_times_one_call_after_each_flush(f32):
     from tensorsearch.search.measure import FLUSHED_REPEATS
 
@@ -231,6 +238,7 @@ def heavy_packing_gemm():
     return te.create_prim_func([x, w, z])
 
 
+@pytest.mark.slow
 def test_stages_of_constants_alone_run_once_before_timing(f32):
     """With W marked layout-free (a model's weight), P's stage is cut out into a prepack the
     runner runs once, untimed; the candidate is still checked against the whole function."""
@@ -264,12 +272,14 @@ def test_an_integer_rounded_from_floats_may_land_one_off_in_a_few_elements():
     assert _computes_in_float(F32.func) and not _computes_in_float(I8.func)
 
 
+@pytest.mark.slow
 def test_correct_int8_candidates(f32):
     with Measurer(None, HW, workload=I8, timeout_s=5.0, repeat=2) as m:
         for r in m.measure([I8.func, tiled(I8.func)]):
             assert_ok(r, repeat=2)
 
 
+@pytest.mark.slow
 def test_wrong_results(f32):
     half, plus_one = f32.measure([HALF, PLUS_ONE])
     for r in (half, plus_one):
@@ -277,6 +287,7 @@ def test_wrong_results(f32):
         assert r.error.startswith("wrong result: ") and "output Z" in r.error
 
 
+@pytest.mark.slow
 def test_bare_function_reference(f32):
     """Without a workload the reference is the unscheduled function compiled as is."""
     with Measurer(F32.func, HW, timeout_s=5.0) as m:
@@ -286,6 +297,7 @@ def test_bare_function_reference(f32):
     assert half.error.startswith("wrong result: ") and "output Z" in half.error
 
 
+@pytest.mark.slow
 def test_hang_crash_and_build_error_do_not_stop_the_batch(f32):
     batch = [HANG, F32.func, TRAP, tiled(F32.func), UNBUILDABLE, HALF, OUT_OF_BOUNDS, F32.func]
     hang, good1, trap, good2, unbuildable, half, segv, good3 = f32.measure(batch)
@@ -298,6 +310,7 @@ def test_hang_crash_and_build_error_do_not_stop_the_batch(f32):
         assert_ok(r)
 
 
+@pytest.mark.slow
 def test_two_threads_measure_through_one_pool_taking_turns(f32):
     """The model scheduler's concurrent tasks: two batches timed at once through one runner pool.
     The node times one candidate at a time, the batches take turns, and a candidate that crashes
@@ -335,6 +348,7 @@ def test_two_threads_measure_through_one_pool_taking_turns(f32):
     assert order not in (sorted(order), sorted(order, reverse=True)), order  # the batches took turns
 
 
+@pytest.mark.slow
 def test_build_timeout(f32):
     f32.build_timeout_s = 0.001
     try:
@@ -363,6 +377,7 @@ with Measurer(wl.func, "nvidia-sm86", workload=wl) as m:
 
 
 @needs_nvcc
+@pytest.mark.slow
 def test_gpu_candidates_are_built_in_tasks_and_run_by_one_runner_per_gpu(tmp_path):
     """A cluster with one (here: declared) GPU: the candidate is built to a cubin in a Ray task
     and sent to the runner that holds the GPU, which loads it as a CUDA module; where it cannot

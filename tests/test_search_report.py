@@ -226,6 +226,7 @@ def test_write_curve_csv(tmp_path):
     ]
 
 
+@pytest.mark.slow
 def test_stages_are_lines_and_a_spinner_turns_on_a_terminal():
     import io
     import time as _time

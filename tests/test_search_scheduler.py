@@ -25,11 +25,13 @@ HOST = hardware.load("host")
 SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=4)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def ray_session():
-    from tensorsearch.search.measure import init_ray
+@pytest.fixture(autouse=True)
+def ray_session(request):
+    """Ray for the tests that tune (the slow ones); the fast tier's tests here start none."""
+    if request.node.get_closest_marker("slow") is not None:
+        from tensorsearch.search.measure import init_ray
 
-    init_ray()
+        init_ray()  # once per process: later calls return at once
     yield
 
 
@@ -120,6 +122,7 @@ def test_equal_gradients_are_drawn_at_random_with_the_seed():
 # whole runs
 
 
+@pytest.mark.slow
 def test_tune_model_spends_one_budget_over_the_tasks_and_resumes(tmp_path):
     proto = _two_task_model()
     _, _, tasks = model_tasks(proto)
@@ -166,6 +169,7 @@ def test_tune_model_spends_one_budget_over_the_tasks_and_resumes(tmp_path):
     assert again.curve[0][0] <= 12 and again.curve[-1][0] == 20  # the curve goes back to the first run
 
 
+@pytest.mark.slow
 def test_tune_model_takes_a_list_of_workloads_round_robin(tmp_path):
     wls = [workloads.make("GMM", (1, 16, 16, 16), "float32"), workloads.make("GMM", (1, 32, 16, 16), "float32")]
     result = tune_model(wls, HOST, 16, tmp_path, strategy="round-robin", config=SMALL, workers=0)
@@ -181,12 +185,14 @@ def test_tune_model_takes_a_list_of_workloads_round_robin(tmp_path):
         wl.check([out], wl.reference(*xs))
 
 
+@pytest.mark.slow
 def test_a_budget_smaller_than_a_round_each_is_shared(tmp_path):
     wls = [workloads.make("GMM", (1, 16, 16, s), "float32") for s in (8, 16, 24)]
     result = tune_model(wls, HOST, 5, tmp_path, config=SMALL, workers=0)
     assert result.rounds == [0, 1, 2] and [r.trials for r in result.tasks] == [1, 2, 2]
 
 
+@pytest.mark.slow
 def test_concurrent_tasks_run_rounds_at_once_and_spend_the_budget_exactly(tmp_path):
     wls = [workloads.make("GMM", (1, 16, 16, s), "float32") for s in (8, 16, 24)]
     result = tune_model(wls, HOST, 22, tmp_path, config=SMALL, workers=0, concurrent_tasks=2)
@@ -206,6 +212,7 @@ def test_concurrent_tasks_run_rounds_at_once_and_spend_the_budget_exactly(tmp_pa
     assert "rounds of up to 2 tasks at once" in (tmp_path / "logs" / "scheduler.log").read_text()
 
 
+@pytest.mark.slow
 def test_an_error_in_one_concurrent_round_stops_the_others_and_keeps_every_record(tmp_path):
     import threading
 
@@ -226,6 +233,7 @@ def test_an_error_in_one_concurrent_round_stops_the_others_and_keeps_every_recor
     assert again.trials == len(keys) + 4
 
 
+@pytest.mark.slow
 def test_a_task_with_no_valid_program_stops_and_the_others_go_on(tmp_path, monkeypatch):
     from tensorsearch.search import tuner
 
@@ -259,6 +267,7 @@ def test_bad_arguments_are_named(tmp_path):
         tune_model([wl], HOST, 4, tmp_path, concurrent_tasks=0)
 
 
+@pytest.mark.slow
 def test_cli_model_tune(tmp_path, capsys):
     import onnx
 

@@ -83,6 +83,7 @@ def fill(db, wl, cands, hkey=HKEY):
     return wkey
 
 
+@pytest.mark.slow
 def test_transfer_ranks_a_new_workloads_candidates_better_than_random(tmp_path):
     db = Database(tmp_path)
     fill(db, *gemm_candidates((1, 128, 128, 128), 60, seed=0))
@@ -161,6 +162,7 @@ def test_tune_names_a_bad_transfer_path_before_starting(tmp_path):
         tune(wl, "host", 4, tmp_path / "run", transfer_from=[tmp_path / "missing"])
 
 
+@pytest.mark.slow
 def test_pretrained_model_scores_before_any_measurement(tmp_path):
     db = Database(tmp_path)
     fill(db, *gemm_candidates((1, 64, 64, 64), 20, seed=0))

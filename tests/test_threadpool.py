@@ -104,6 +104,7 @@ def test_one_task_runs_on_the_caller(harness):
     assert harness.launch(1) == [threading.get_ident()]
 
 
+@pytest.mark.slow
 def test_a_call_completes_while_the_workers_are_stalled(harness):
     """SIGUSR1 holds every other thread of the process in a 2 s signal handler: launches and a
     compiled parallel kernel still finish, correct, with the caller running every task, before
@@ -189,6 +190,7 @@ def _in_a_fresh_process(code: str, **env: str) -> str:
     return out.stdout
 
 
+@pytest.mark.slow
 def test_thread_counts_are_honoured():
     """A set count starts that many threads less the caller; the default is the CPUs this process may
     use, or TENSORSEARCH_NUM_THREADS; a small loop with the default starts none."""
@@ -220,6 +222,7 @@ def test_loop_work_counts_stored_elements():
     assert cg.loop_work(parse(GEMM).body) == 64 * 64 * 65 >= cg.SERIAL_WORK
 
 
+@pytest.mark.slow
 def test_a_forked_child_runs_parallel_loops_on_a_pool_of_its_own():
     out = _in_a_fresh_process(
         """

@@ -81,6 +81,7 @@ def _needs_avx2():
         pytest.skip("the int16 unit needs an x86-64 CPU with AVX2")
 
 
+@pytest.mark.slow
 def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch):
     monkeypatch.delenv("TENSORSEARCH_INTRINSICS_PATH", raising=False)
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -89,6 +90,7 @@ def test_hardware_file_finds_its_intrinsic_file_beside_it(tmp_path, monkeypatch)
     assert hw.intrinsics[1].source.endswith("my-target/x86-fma-bf16.yaml")
 
 
+@pytest.mark.slow
 def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -110,6 +112,7 @@ def test_int16_unit_is_matched_tensorized_built_and_exact(tmp_path):
         np.testing.assert_array_equal(c, want.astype(np.int32), err_msg=f"mapping {mapping}, inputs from seed {seed}")
 
 
+@pytest.mark.slow
 def test_int16_unit_is_auto_tuned(tmp_path, ray_session):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -222,6 +225,7 @@ def test_bf16_unit_is_matched_tensorized_built_and_accurate(tmp_path):
     _check_bf16(mod, int.from_bytes(os.urandom(4), "little"))
 
 
+@pytest.mark.slow
 def test_bf16_unit_is_auto_tuned(tmp_path, ray_session):
     _needs_avx2()
     hw = load(str(_user_folder(tmp_path) / "my-avx2-cpu.yaml"))
@@ -229,3 +233,21 @@ def test_bf16_unit_is_auto_tuned(tmp_path, ray_session):
     assert "vfmadd" in result.module.assembly
     assert any(i.kind.name == "tensorize" for i in result.trace.insts), "the tuned kernel uses the unit"
     _check_bf16(result.module, 11)
+
+
+def test_the_workload_table_has_the_forms_of_the_users_int16_and_bfloat16_units(tmp_path, capsys):
+    """GMM's int16 and bfloat16 forms map onto the pmaddwd and bfloat16 FMA units of the user's
+    descriptor; `match` without --dtype (float32) names those dtypes."""
+    from tensorsearch import workloads
+    from tensorsearch.cli import main
+    from tensorsearch.target import match
+
+    path = _user_folder(tmp_path) / "my-avx2-cpu.yaml"
+    hw = load(str(path))
+    units = {i.name: i for i in hw.intrinsics}
+    for dtype, unit in [("int16", "avx2_dot_8x2_i16i16i32"), ("bfloat16", "fma_bf16_8x1_f32")]:
+        assert match(workloads.get("GMM", 0, dtype).func, "Z", units[unit]), (dtype, unit)
+    assert main(["match", "GMM", "--hardware", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert "GMM float32 (the default): none of my-avx2-cpu's tensor intrinsics takes float32" in err
+    assert "fma_bf16_8x1_f32 takes bfloat16; avx2_dot_8x2_i16i16i32 takes int16: add --dtype bfloat16" in err

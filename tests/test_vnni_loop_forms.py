@@ -11,6 +11,7 @@ sys.path.insert(0, str(SCRIPT.parent))
 import vnni_loop_forms  # noqa: E402
 
 
+@pytest.mark.slow
 def test_every_form_runs_and_the_register_only_form_is_the_unit():
     reason = vnni_loop_forms.why_not_here()
     if reason:

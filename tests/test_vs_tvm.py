@@ -1,4 +1,4 @@
-"""experiments/vs_tvm.py's int8 rows take the weights packed ahead on both sides (issue 11).
+"""experiments/vs_tvm.py's int8 rows take the weights packed ahead on both sides.
 
 Nothing here imports ``tvm``: tvm_worker.py's numpy packing is checked against the index map
 its ``transform_layout`` applies, and our side's programs (the main part on weights packed once,
@@ -59,6 +59,7 @@ def test_our_int8_kernel_is_timed_on_weights_packed_ahead():
     assert plain.split is None and none is None
 
 
+@pytest.mark.slow
 def test_a_descriptor_this_cpu_cannot_run_is_refused_in_one_line_before_anything_starts(tmp_path):
     if hardware.load("arm-neoverse-v1").runs_here:
         pytest.skip("this CPU runs arm-neoverse-v1 code")

@@ -48,6 +48,7 @@ def _clean_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith("TENSORSEARCH_")}
 
 
+@pytest.mark.slow
 def test_wheel_installs_and_matches_gmm_on_znver4(tmp_path):
     why = _missing_tool()
     if why is not None:

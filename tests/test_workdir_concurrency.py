@@ -74,6 +74,7 @@ def wait_for(condition, seconds: float, what: str) -> None:
 # the database ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_processes_appending_at_once_after_a_damaged_last_line_lose_nothing(tmp_path):
     """Three processes append 60 records each, all of them opened after a process was killed in
     the middle of a line: each saw the damaged line at the same offset, and before, each cut the
@@ -112,6 +113,7 @@ def test_processes_appending_at_once_after_a_damaged_last_line_lose_nothing(tmp_
     assert (tmp_path / "database" / "tuning_records.jsonl.damaged").read_bytes() == garbage + b"\n"
 
 
+@pytest.mark.slow
 def test_a_writer_killed_in_the_middle_of_a_line_holds_others_back_only_until_it_dies(tmp_path):
     path = tmp_path / "database" / "tuning_records.jsonl"
     go = tmp_path / "go"
@@ -172,6 +174,7 @@ HOLDER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_a_held_work_dir_refuses_tune_at_once_naming_the_holder_until_it_dies(tmp_path):
     work = tmp_path / "work"
     holder = subprocess.Popen(
@@ -243,6 +246,7 @@ def kill_group(proc: subprocess.Popen) -> None:
     proc.wait()
 
 
+@pytest.mark.slow
 def test_three_tune_processes_on_one_work_dir(tmp_path):
     """A is killed in the middle of writing its 4th record; B starts while A runs and is refused
     with one line naming A's pid; C starts after A's death left a damaged last line and resumes.

@@ -7,43 +7,70 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import signal
 import sys
+import traceback
 import warnings
 from pathlib import Path
 
 from ..target import load
+from .common import (
+    DEFAULT_DTYPE,
+    DTYPE_HELP,
+    add_address_argument,
+    add_allow_other_cpu_argument,
+    argument,
+    check_work_dir,
+    positive_int,
+)
 from .model import add_parsers as add_model_parsers
 from .programs import Program, is_program_file, load_program
 
 
 def _cmd_workloads(args: argparse.Namespace) -> int:
+    """Each workload: its computation and dtypes, then every shape, index by index, with the
+    arguments named."""
     from .. import workloads
 
-    rows = [(name, str(len(workloads.shapes(name))), workloads.describe(name)) for name in workloads.names()]
-    width = max(len(r[0]) for r in rows)
-    print(f"{'name':<{width}}  shapes  computation")
-    for name, count, text in rows:
-        print(f"{name:<{width}}  {count:>6}  {text}")
+    for n, name in enumerate(workloads.names()):
+        if n:
+            print()
+        print(f"{name}: {workloads.describe(name)}")
+        print(f"  dtypes: {', '.join(workloads.dtypes(name))}")
+        arg_names = workloads.arg_names(name)
+        for index, shape in enumerate(workloads.shapes(name)):
+            named = ", ".join(f"{a}={v}" for a, v in zip(arg_names, shape, strict=True))
+            print(f"  {index}: {named}")
     return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
     if (Path(args.name) / "database" / "tuning_records.jsonl").is_file() and args.trace is None:
         return _show_work_dir(Path(args.name))
-    prog = _program(args, "float32", trace=args.trace)
+    prog = _program(args, trace=args.trace)
     func = prog.func
     header = f"# {prog.label}"
     if args.trace:
         from ..schedule import Schedule, ScheduleError, Trace
 
         try:
-            with open(args.trace) as f:
-                trace = Trace.from_json(f.read())
-        except OSError as err:
-            raise ValueError(f"cannot read trace file {args.trace}: {err.strerror}") from None
+            with open(args.trace, encoding="utf-8") as f:
+                text = f.read()
+        except (OSError, UnicodeDecodeError) as err:
+            why = err.strerror if isinstance(err, OSError) else "it is not text"
+            raise ValueError(f"cannot read trace file {args.trace}: {why}") from None
+        try:
+            json.loads(text)
+        except json.JSONDecodeError as err:
+            raise ValueError(
+                f"trace file {args.trace} is not JSON (line {err.lineno}, column {err.colno}: {err.msg}); "
+                "--trace takes the JSON a tune writes (best_trace.json in its work dir, Trace.as_json)"
+            ) from None
+        try:
+            trace = Trace.from_json(text)
         except ValueError as err:
             raise ValueError(f"trace file {args.trace}: {err}") from None
         sch = Schedule(func, hardware=load(args.hardware))
@@ -108,20 +135,58 @@ def _descriptor_of(hardware_key: str):
     return None
 
 
-def _program(args: argparse.Namespace, default_dtype: str, trace: str | None = None) -> Program:
-    """The program NAME names: a workload (``--index``, ``--dtype``) or a user's file (``--func``).
-    Without ``--dtype``, a trace written by ``tune`` into a work dir gives the workload's form."""
+def _program(args: argparse.Namespace, trace: str | None = None) -> Program:
+    """The program NAME names: a workload (``--index``, ``--dtype``, by default DEFAULT_DTYPE) or a
+    user's file (``--func``). Without ``--dtype``, a trace written by ``tune`` into a work dir gives
+    the workload's form."""
     if is_program_file(args.name):
-        return _argument("NAME", load_program, args.name, args.func)
+        return argument("NAME", load_program, args.name, args.func)
     from .. import workloads
 
-    _argument("NAME", workloads.shapes, args.name)
+    argument("NAME", workloads.shapes, args.name)
     if args.dtype is None and trace is not None and (found := _tuned_workload(Path(trace), args.name)):
         return found
-    dtype = args.dtype or default_dtype
-    _argument("--dtype", workloads.get, args.name, 0, dtype)
-    wl = _argument("--index", workloads.get, args.name, args.index, dtype)
-    return Program(wl.func, f"{wl.name}[{wl.index}] {wl.dtype} args={wl.args}", f"{wl.name}-{wl.index}-{wl.dtype}", wl)
+    dtype = args.dtype or DEFAULT_DTYPE
+    argument("--dtype", workloads.get, args.name, 0, dtype)
+    wl = argument("--index", workloads.get, args.name, args.index, dtype)
+    return Program(wl.func, f"{wl.name}-{wl.index}-{wl.dtype}", f"{wl.name}[{wl.index}] {wl.dtype} args={wl.args}", wl)
+
+
+def dtype_note(prog: Program, hw, dtype_given: bool) -> str | None:
+    """When ``--dtype`` was not given and none of ``hw``'s compute intrinsics takes the workload's
+    default dtype but some take another dtype of the workload: one sentence naming that dtype
+    (tune and match print it as a warning rather than switch dtype on their own)."""
+    from .. import workloads
+
+    wl = prog.workload
+    if dtype_given or wl is None:
+        return None
+    offered: dict[str, list[str]] = {}
+    for intrin in hw.intrinsics:
+        if intrin.role != "compute":
+            continue
+        form = _form_of({str(o.dtype) for o in intrin.operands if o.role == "input"})
+        if form is not None:
+            offered.setdefault(form, []).append(intrin.name)
+    usable = [f for f in workloads.dtypes(wl.name) if f in offered]
+    if not usable or wl.dtype in offered:
+        return None
+    takes = "; ".join(f"{', '.join(offered[f])} take{'s' if len(offered[f]) == 1 else ''} {f}" for f in usable)
+    return (
+        f"{wl.name} {wl.dtype} (the default): none of {hw.name}'s tensor intrinsics takes {wl.dtype}, so none is "
+        f"used; {takes}: add --dtype {usable[0]} to use them (or --dtype {wl.dtype} to keep {wl.dtype} and "
+        "silence this)"
+    )
+
+
+def _form_of(input_dtypes: set[str]) -> str | None:
+    """The workload dtype form whose operands an intrinsic with these input dtypes takes."""
+    if input_dtypes & {"int8", "uint8"}:
+        return "int8"
+    if len(input_dtypes) == 1:
+        (dtype,) = input_dtypes
+        return dtype if dtype in ("float32", "float16", "bfloat16", "int16") else None
+    return None
 
 
 def _tuned_workload(trace: Path, name: str) -> Program | None:
@@ -140,7 +205,7 @@ def _tuned_workload(trace: Path, name: str) -> Program | None:
             return None
         label = db.workload_name(keys[0])
         return Program(
-            db.workload(keys[0]), f"{label} (from {trace.parent / 'database'})", label.replace("/", "-"), None
+            db.workload(keys[0]), label.replace("/", "-"), f"{label} (from {trace.parent / 'database'})", None
         )
     finally:
         db.close()
@@ -150,8 +215,10 @@ def _cmd_match(args: argparse.Namespace) -> int:
     from ..ir import BlockRealize, post_order_visit
     from ..target import match
 
-    prog = _program(args, "int8")
-    hw = _argument("--hardware", load, args.hardware)
+    prog = _program(args)
+    hw = argument("--hardware", load, args.hardware)
+    if (note := dtype_note(prog, hw, args.dtype is not None)) is not None:
+        warnings.warn(note, stacklevel=1)
     intrinsics = [i for i in hw.intrinsics if i.role == "compute"]
     blocks: list[str] = []
 
@@ -173,60 +240,6 @@ def _cmd_match(args: argparse.Namespace) -> int:
             print()
             print(match(prog.func, name, intrin))
     return 0
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}")
-    return value
-
-
-def _argument(name: str, fn, *args):
-    """``fn(*args)``, its ValueError reworded to name the command-line argument at fault."""
-    try:
-        return fn(*args)
-    except ValueError as err:
-        raise ValueError(f"argument {name}: {err}") from None
-
-
-def add_address_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--address",
-        help="Ray cluster address to join (default: $RAY_ADDRESS when set, else a private local cluster; "
-        "'local' forces the private one)",
-    )
-
-
-def add_allow_other_cpu_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--allow-other-cpu",
-        action="store_true",
-        help="time on machines whose CPU is not the one --hardware describes (refused by default); "
-        "each record names the CPU that timed it",
-    )
-
-
-def _check_work_dir(work_dir: Path) -> None:
-    """ValueError unless ``work_dir`` is (or can be made) a directory this process can write in;
-    directories made to find out are removed again."""
-    if work_dir.exists() and not work_dir.is_dir():
-        raise ValueError(f"{work_dir} exists and is not a directory")
-    made = [d for d in (work_dir, *work_dir.parents) if not d.exists()]
-    try:
-        work_dir.mkdir(parents=True, exist_ok=True)
-        probe = work_dir / f".write-test-{os.getpid()}"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as err:
-        raise ValueError(f"cannot write in {work_dir}: {err.strerror or err}") from None
-    finally:
-        for d in made:
-            if d.is_dir():
-                d.rmdir()
 
 
 def _records_kept(work_dir: Path, wl_func, hw) -> int:
@@ -251,12 +264,11 @@ def _best_trace_script(trace, prog: Program, args: argparse.Namespace, hw, resul
             f"func = workloads.get({wl.name!r}, {wl.index!r}, {wl.dtype!r}).func",
         ]
     else:
-        path = str(Path(args.name).resolve())
-        name = prog.label.rsplit(": ", 1)[1]
+        path, func_name = prog.source or (str(Path(args.name)), None)
         source = [
             "from tensorsearch.cli.programs import load_program",
             "",
-            f"func = load_program({path!r}, {name!r}).func",
+            f"func = load_program({str(Path(path).resolve())!r}, {func_name!r}).func",
         ]
     return "\n".join(
         [
@@ -279,10 +291,12 @@ def _cmd_tune(args: argparse.Namespace) -> int:
     from ..search.database import Database
     from ..search.workdir import WorkDirBusy, hold_work_dir
 
-    prog = _program(args, "float32")
-    hw = _argument("--hardware", load, args.hardware)
-    work_dir = Path(args.work_dir or Path("runs") / f"{prog.slug}-{hw.name}")
-    _argument("--work-dir", _check_work_dir, work_dir)
+    prog = _program(args)
+    hw = argument("--hardware", load, args.hardware)
+    if (note := dtype_note(prog, hw, args.dtype is not None)) is not None:
+        warnings.warn(note, stacklevel=1)
+    work_dir = Path(args.work_dir or Path("runs") / f"{prog.name}-{hw.name}")
+    argument("--work-dir", check_work_dir, work_dir)
     for path in args.transfer:  # a bad --transfer path is an error before Ray starts
         Database.open_existing(path).close()
     print(f"tensorsearch tune: {prog.label} on {hw.name}, {args.trials} trials, work dir {work_dir}", file=sys.stderr)
@@ -377,7 +391,7 @@ def build_parser() -> argparse.ArgumentParser:
         "or script text; or a tuning work dir: its records, best latencies and the CPUs that timed them",
     )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
-    p.add_argument("--dtype", help="float32 (default), float16 or int8")
+    p.add_argument("--dtype", help=DTYPE_HELP)
     p.add_argument("--func", help="the PrimFunc of a .py NAME that defines several")
     p.add_argument(
         "--trace",
@@ -395,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs or script text",
     )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
-    p.add_argument("--dtype", help="int8 (default), float16 or float32")
+    p.add_argument("--dtype", help=DTYPE_HELP)
     p.add_argument("--func", help="the PrimFunc of a .py NAME that defines several")
     p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
     p.add_argument("--block", help="match only this block (default: every block)")
@@ -407,14 +421,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="a workload name such as GMM (see `tensorsearch workloads`), or a file: a .py file defining PrimFuncs or script text",
     )
     p.add_argument("--index", type=int, default=0, help="shape index 0-3 (default 0)")
-    p.add_argument("--dtype", help="float32 (default), float16 or int8")
+    p.add_argument("--dtype", help=DTYPE_HELP)
     p.add_argument("--func", help="the PrimFunc of a .py NAME that defines several")
     p.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. x86-emeraldrapids or host")
-    p.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure, e.g. 256")
+    p.add_argument("--trials", type=positive_int, required=True, help="candidates to measure, e.g. 256")
     p.add_argument(
         "--work-dir",
         help="directory for the database, the tuning curve and the best trace; reusing one resumes its run; "
-        "one run at a time: a second on a busy work dir is refused (default: runs/NAME-INDEX-DTYPE-HARDWARE)",
+        "one run at a time: a second on a busy work dir is refused (default: runs/NAME-INDEX-DTYPE-HARDWARE for "
+        "a workload, runs/PROGRAM-HARDWARE for a file, PROGRAM the name tune prints)",
     )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0); the same seed gives the same search")
     add_address_argument(p)
@@ -456,11 +471,11 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 0
     except Exception as err:
-        if args.debug:
-            raise
         code = 2 if isinstance(err, _INPUT_ERRORS) else 1
+        if args.debug:  # the traceback, and the same exit code as without --debug
+            traceback.print_exc()
         print(f"tensorsearch {args.command}: error: {_error_text(err, args.command)}", file=sys.stderr)
-        if not isinstance(err, _KNOWN_ERRORS):
+        if not isinstance(err, _KNOWN_ERRORS) and not args.debug:
             print(
                 f"tensorsearch {args.command}: this is a bug; run again with --debug for the traceback", file=sys.stderr
             )

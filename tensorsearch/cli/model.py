@@ -18,6 +18,15 @@ from typing import Any
 
 import numpy as np
 
+from .common import (
+    add_address_argument,
+    add_allow_other_cpu_argument,
+    argument,
+    check_work_dir,
+    positive_int,
+    speed_ratio,
+)
+
 FLOAT_TOLERANCE = 1e-3  # of the reference output's largest magnitude
 
 
@@ -58,10 +67,8 @@ def add_parsers(sub: Any) -> None:
 
 
 def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
-    from .main import _positive_int, add_address_argument, add_allow_other_cpu_argument
-
     q.add_argument("--hardware", required=True, help="hardware descriptor name or path, e.g. host or x86-znver4")
-    q.add_argument("--trials", type=_positive_int, required=True, help="candidates to measure over all tasks")
+    q.add_argument("--trials", type=positive_int, required=True, help="candidates to measure over all tasks")
     q.add_argument(
         "--work-dir",
         help="directory for the database, logs, task table and curve; reusing one resumes its run "
@@ -82,7 +89,7 @@ def _add_tune_arguments(q: argparse.ArgumentParser) -> None:
     )
     q.add_argument(
         "--concurrent-tasks",
-        type=_positive_int,
+        type=positive_int,
         default=1,
         metavar="K",
         help="run the rounds of K tasks at once, all timed through the same runners (default 1; on a "
@@ -121,11 +128,11 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     _, kernels, tasks = model_tasks(graph, layout=args.layout)
     total = sum(t.total_flops for t in tasks) or 1
     width = max(len(t.name) for t in tasks)
-    print(f"{'#':>3}  {'task':<{width}}  {'weight':>6}  {'MFLOPs/call':>11}  {'share':>6}  key")
+    print(f"{'#':>3}  {'task':<{width}}  {'weight':>6}  {'MFLOPs/call':>11}  {'share':>6}  {'key':<16}  shapes")
     for n, t in enumerate(tasks):
         print(
             f"{n:>3}  {t.name:<{width}}  {t.weight:>6}  {t.flops / 1e6:>11.2f}  "
-            f"{100 * t.total_flops / total:>5.1f}%  {t.key}"
+            f"{100 * t.total_flops / total:>5.1f}%  {t.key:<16}  {task_shapes(t.func)}"
         )
     macs = sum(t.weight * t.macs for t in tasks)
     print(
@@ -135,19 +142,43 @@ def _cmd_tasks(args: argparse.Namespace) -> int:
     return 0
 
 
+def task_shapes(func: Any) -> str:
+    """A task's parameters, shape by shape with each dtype once: ``1x56x56x64 3x3x64x64 64 ->
+    1x56x56x64 float32`` (the buffers the kernel writes after the arrow)."""
+    from ..ir import BufferStore, post_order_visit
+
+    written: set[Any] = set()
+
+    def visit(n: object) -> None:
+        if isinstance(n, BufferStore):
+            written.add(n.buffer)
+
+    post_order_visit(func.body, visit)
+    bufs = list(func.buffers)
+    dtypes = {str(b.dtype) for b in bufs}
+
+    def one(b: Any) -> str:
+        dims = "x".join(str(d) for d in b.shape) or "scalar"
+        return dims if len(dtypes) == 1 else f"{dims} {b.dtype}"
+
+    ins = [one(b) for b in bufs if b not in written]
+    outs = [one(b) for b in bufs if b in written]
+    text = " ".join(ins) + " -> " + " ".join(outs)
+    return f"{text} {next(iter(dtypes))}" if len(dtypes) == 1 else text
+
+
 def _cmd_tune(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..search.scheduler import tune_model
     from ..search.workdir import WorkDirBusy
     from ..target import load
-    from .main import _argument, _check_work_dir
 
-    hw = _argument("--hardware", load, args.hardware)
+    hw = argument("--hardware", load, args.hardware)
     proto, graph = _load(args)
     slug = Path(str(args.model)).stem + ("-reduced" if args.reduced else "")
     work_dir = Path(args.work_dir or Path("runs") / f"model-{slug}-{hw.name}")
-    _argument("--work-dir", _check_work_dir, work_dir)
+    argument("--work-dir", check_work_dir, work_dir)
     print(
         f"tensorsearch model tune: {args.model} on {hw.name}, {args.trials} trials, work dir {work_dir}",
         file=sys.stderr,
@@ -188,7 +219,7 @@ def _cmd_tune(args: argparse.Namespace) -> int:
         feeds = _random_feeds(proto, graph, args.seed)
         theirs = statistics.median(_time_ort(_ort_session(proto), feeds, 10))
         ours = result.model_latency
-        print(f"onnxruntime latency: {theirs * 1e3:.4g} ms (onnxruntime / ours = {theirs / ours:.2f}x)")
+        print(f"onnxruntime latency: {theirs * 1e3:.4g} ms (tensorsearch is {speed_ratio(ours, theirs)})")
     files = ", ".join(str(work_dir / f) for f in ("tasks.md", "tasks.csv", "model_curve.png", "logs"))
     print(f"files: {files}", file=sys.stderr)
     return 0
@@ -235,7 +266,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     kinds = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
     print(f"  tasks       {len(exe.tasks)} ({kinds}), compiled in {exe.compile_seconds:.1f} s")
     a, b = statistics.median(ours) * 1e3, statistics.median(theirs) * 1e3
-    print(f"  latency     tensorsearch {a:.3f} ms   onnxruntime {b:.3f} ms   (onnxruntime / ours = {b / a:.2f}x)")
+    print(f"  latency     tensorsearch {a:.3f} ms   onnxruntime {b:.3f} ms   ({speed_ratio(a, b)})")
     if args.profile:
         _print_profile(exe)
     return 0 if ok else 1

@@ -8,12 +8,17 @@ shape and form) or a file (a path, or a name ending in ``.py``, ``.tir`` or ``.t
 * any other file is script text (``func.script()`` prints it; ``tensorsearch.script.parse``
   reads it back).
 
-Either way the PrimFunc is verified before any command uses it.
+Either way the PrimFunc is verified before any command uses it, and it goes by one name: the
+file's stem (``conv2d_padded`` for ``examples/conv2d_padded.py``), or ``STEM_FUNC`` for the PrimFunc
+``FUNC`` of a file that defines several. That name is the function's ``global_symbol`` (so
+``show`` prints it, ``tune`` reports and records the program under it) and ``tune``'s default work
+dir is ``runs/NAME-HARDWARE``.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import runpy
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,12 +31,13 @@ PROGRAM_SUFFIXES = (".py", ".tir", ".txt", ".tvmscript")
 
 @dataclass(frozen=True)
 class Program:
-    """A PrimFunc to work on, with the names it goes by."""
+    """A PrimFunc to work on, with its one name and a longer label."""
 
     func: PrimFunc
-    label: str  # "GMM[0] int8 args=(1, 128, 128, 128)" or "conv.py: conv"
-    slug: str  # for a work dir: "GMM-0-int8" or "conv-conv"
+    name: str  # "GMM-0-int8"; for a file "conv2d_padded" (the PrimFunc's global_symbol); names work dirs
+    label: str  # "GMM[0] int8 args=(1, 128, 128, 128)" or "conv2d_padded (examples/conv2d_padded.py)"
     workload: Workload | None  # None for a user's file
+    source: tuple[str, str | None] | None = None  # a file's (path, --func that picks the PrimFunc)
 
 
 def is_program_file(name: str) -> bool:
@@ -45,10 +51,22 @@ def load_program(path_text: str, func_name: str | None = None) -> Program:
     if not path.is_file():
         raise ValueError(f"{path}: no such file (NAME is a workload name or a .py / script text file)")
     funcs = _python_funcs(path) if path.suffix == ".py" else {"main": _script_func(path)}
-    name = _choose(path, funcs, func_name)
-    func = funcs[name]
-    _verify(path, name, func)
-    return Program(func, f"{path}: {name}", f"{path.stem}-{name}", None)
+    chosen = _choose(path, funcs, func_name)
+    name = program_name(path, chosen, len(funcs))
+    func = funcs[chosen]
+    _verify(path, chosen, func)
+    attrs = {**func.attr_dict, "global_symbol": name}
+    func = PrimFunc(func.params, func.body, func.buffer_map, attrs)
+    where = str(path) if len(funcs) == 1 else f"{path}, PrimFunc {chosen}"
+    return Program(func, name, f"{name} ({where})", None, (str(path), chosen if len(funcs) > 1 else None))
+
+
+def program_name(path: Path, func_name: str, count: int) -> str:
+    """The one name of the PrimFunc ``func_name`` of a file that defines ``count``: the file's stem,
+    or ``STEM_FUNC`` among several; made an identifier (a kernel's symbol in C and CUDA too)."""
+    name = path.stem if count == 1 else f"{path.stem}_{func_name}"
+    name = re.sub(r"\W", "_", name)
+    return name if name[:1].isalpha() or name[:1] == "_" else f"_{name}"
 
 
 def _python_funcs(path: Path) -> dict[str, PrimFunc]:

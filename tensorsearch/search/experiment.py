@@ -122,15 +122,16 @@ _TOP_KEYS = {
 
 
 def load_experiment(path: str | os.PathLike) -> Experiment:
-    """Read and validate an experiment file; ExperimentError names the file and the key at fault."""
+    """Read and validate an experiment file; ExperimentError names the file, the key's line and the key at fault."""
     from ..target.reader import HardwareError, read_text, read_yaml
 
     path = Path(path)
     try:  # YAML is read in one place, the target layer's reader
-        data = read_yaml(read_text(path), str(path))
+        text = read_text(path)
+        data = read_yaml(text, str(path))
     except HardwareError as err:
         raise ExperimentError(str(err)) from None
-    r = _Reader(path)
+    r = _Reader(path, text)
     if not isinstance(data, dict):
         raise r.error("", "the file must be a mapping of keys (name, output, hardware, trials, ...)")
     r.keys(data, _TOP_KEYS, "")
@@ -180,11 +181,16 @@ def _hint(word: str, known: list[str], what: str) -> str:
 
 
 class _Reader:
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, text: str) -> None:
         self.path = path
+        self.text = text
 
     def error(self, key: str, message: str) -> ExperimentError:
-        return ExperimentError(f"{self.path}: {key + ': ' if key else ''}{message}")
+        from ..target.reader import key_line
+
+        line = key_line(self.text, key) if key else None
+        at = f"{self.path}:{line}" if line is not None else str(self.path)
+        return ExperimentError(f"{at}: {key + ': ' if key else ''}{message}")
 
     def keys(self, data: dict, allowed: set[str], where: str) -> None:
         for key in data:

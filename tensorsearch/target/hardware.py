@@ -62,6 +62,7 @@ from .reader import (
     SCOPE_RE,
     Ctx,
     HardwareError,
+    did_you_mean,
     parse_compute_capability,
     parse_features,
     parse_mapping,
@@ -496,7 +497,7 @@ def parse(text: str, source: str = "<string>") -> Hardware:
     named by a name are searched next to it first (see ``tensorsearch.intrin.search_path``).
     """
     data = read_yaml(text, source)
-    ctx = Ctx(source, "")
+    ctx = Ctx(source, "", text=text)
     fields = parse_mapping(data, ctx, _FIELDS, "a YAML mapping (a hardware descriptor)")
     names = fields.pop("intrinsics", ())
     hw = Hardware(**fields, source=source)
@@ -603,7 +604,8 @@ def _find(name: str) -> Path:
         repr(name),
         "",
         "",
-        message=f"no such hardware descriptor; known: {', '.join(available()) or '(none)'}; searched {dirs}",
+        message=f"no such hardware descriptor; {did_you_mean(name, [*available(), 'host'])}"
+        f"known: {', '.join(available()) or '(none)'}; searched {dirs}",
     )
 
 

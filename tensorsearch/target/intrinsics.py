@@ -42,6 +42,7 @@ from .reader import (
     SCOPE_RE,
     Ctx,
     HardwareError,
+    did_you_mean,
     parse_compute_capability,
     parse_features,
     parse_mapping,
@@ -1170,7 +1171,7 @@ def _unit(value: Any, ctx: Ctx, intrinsics: dict[str, Intrinsic]) -> Unit:
 def parse_set(text: str, source: str = "<string>") -> IntrinsicSet:
     """Parse one intrinsic file's YAML text; ``source`` names it in error messages."""
     data = read_yaml(text, source, IntrinsicError)
-    ctx = Ctx(source, "", IntrinsicError)
+    ctx = Ctx(source, "", IntrinsicError, text)
     what = "a YAML mapping (an intrinsic set)"
     target = "llvm"  # the table that reports a missing target (or a non-mapping document)
     if isinstance(data, dict) and "target" in data:
@@ -1255,13 +1256,26 @@ def loaded_with_call(llvm_name: str) -> list[Intrinsic]:
 
 
 def available(near: str | os.PathLike[str] | None = None) -> list[str]:
-    """Names of the intrinsic sets found on :func:`search_path` (first one wins per name)."""
+    """Names of the intrinsic sets found on :func:`search_path` (first one wins per name); the
+    hardware descriptors beside them in ``near`` are not sets and are left out."""
     names: list[str] = []
     for d in search_path("intrinsics", near):
         for p in sorted(d.glob("*.yaml")):
-            if p.stem not in names:
+            if p.stem not in names and _looks_like_set(p):
                 names.append(p.stem)
     return names
+
+
+def _looks_like_set(path: Path) -> bool:
+    """Whether the file at ``path`` reads as an intrinsic set (a list of intrinsic mappings under
+    ``intrinsics``), not a hardware descriptor (a list of set names there). A file that does not
+    read counts as a set, so that loading it names its mistake."""
+    try:
+        data = read_yaml(path.read_text(encoding="utf-8"), str(path), IntrinsicError)
+    except (OSError, IntrinsicError):
+        return True
+    items = data.get("intrinsics") if isinstance(data, dict) else None
+    return not (isinstance(items, list) and items and all(isinstance(i, str) for i in items))
 
 
 def find(name: str, near: str | os.PathLike[str] | None = None) -> Path | None:
@@ -1336,7 +1350,8 @@ def resolve_sets(hw: HardwareTraits, names: tuple[str, ...], ctx: Ctx) -> tuple[
             if found is None:
                 dirs = ", ".join(str(d) for d in search_path("intrinsics", near)) or "(none exist)"
                 known = ", ".join(available(near)) or "(none)"
-                raise sub.message(f"unknown intrinsic set {name!r}; known sets: {known}; searched {dirs}", name)
+                hint = did_you_mean(name, available(near))
+                raise sub.message(f"unknown intrinsic set {name!r}; {hint}known sets: {known}; searched {dirs}", name)
             path = found
         iset = _load_path(path)
         reason = iset.requires.why_not(hw)

@@ -3,7 +3,9 @@
 Every hardware descriptor (``hardware/*.yaml``) and intrinsic set (``intrinsics/*.yaml``) is read
 through :func:`read_yaml` (``yaml.safe_load``) and parsed by tables of field parsers: a parser gets
 ``(value, ctx)`` and returns the field's value or raises through ``ctx.fail``/``ctx.message`` an
-error (:class:`HardwareError` or a subclass) whose text starts with ``file: key.path:``.
+error (:class:`HardwareError` or a subclass) whose text starts with ``file:LINE: key.path:`` (the
+line of the key, or of the nearest enclosing key that is there; worked out from the text only
+when an error is raised).
 
 :func:`search_path` is the one place that says where YAML files are found (see
 docs/hardware-yaml.md, "Where files are found").
@@ -11,6 +13,8 @@ docs/hardware-yaml.md, "Where files are found").
 
 from __future__ import annotations
 
+import difflib
+import functools
 import os
 import re
 import sys
@@ -29,6 +33,8 @@ __all__ = [
     "HardwareError",
     "Parser",
     "describe",
+    "did_you_mean",
+    "key_line",
     "parse_compute_capability",
     "parse_features",
     "parse_mapping",
@@ -45,15 +51,27 @@ class HardwareError(ValueError):
     """A hardware descriptor that cannot be found or is malformed.
 
     ``source`` is the file (or ``"<string>"``), ``key`` the dotted key path ("" for the whole
-    document), ``expected`` and ``found`` describe the mistake.
+    document), ``line`` the key's line in the file (None when unknown), ``expected`` and ``found``
+    describe the mistake.
     """
 
-    def __init__(self, source: str, key: str, expected: str, found: Any = None, *, message: str | None = None):
+    def __init__(
+        self,
+        source: str,
+        key: str,
+        expected: str,
+        found: Any = None,
+        *,
+        message: str | None = None,
+        line: int | None = None,
+    ):
         self.source = source
         self.key = key
+        self.line = line
         self.expected = expected
         self.found = found
-        where = f"{source}: {key}" if key else source
+        at = f"{source}:{line}" if line is not None else source
+        where = f"{at}: {key}" if key else at
         text = message if message is not None else f"expected {expected}, found {describe(found)}"
         super().__init__(f"{where}: {text}")
 
@@ -71,23 +89,32 @@ MISSING = object()
 
 
 class Ctx:
-    """Where a value sits (file and key path) and which error class reports mistakes there."""
+    """Where a value sits (file and key path) and which error class reports mistakes there.
 
-    def __init__(self, source: str, key: str, error: type[HardwareError] = HardwareError):
+    ``text`` is the YAML text the value was read from (None when there is none): an error looks
+    up the key's line in it."""
+
+    def __init__(
+        self, source: str, key: str, error: type[HardwareError] = HardwareError, text: str | None = None
+    ) -> None:
         self.source = source
         self.key = key
         self.error = error
+        self.text = text
 
     def child(self, key: str) -> Ctx:
         sub = f"{self.key}.{key}" if self.key and not key.startswith("[") else self.key + key
-        return Ctx(self.source, sub, self.error)
+        return Ctx(self.source, sub, self.error, self.text)
+
+    def line(self) -> int | None:
+        return None if self.text is None else key_line(self.text, self.key)
 
     def fail(self, expected: str, found: Any) -> HardwareError:
-        return self.error(self.source, self.key, expected, found)
+        return self.error(self.source, self.key, expected, found, line=self.line())
 
     def message(self, text: str, found: Any = None) -> HardwareError:
-        """An error whose whole message (after ``file: key:``) is ``text``."""
-        return self.error(self.source, self.key, "", found, message=text)
+        """An error whose whole message (after ``file:LINE: key:``) is ``text``."""
+        return self.error(self.source, self.key, "", found, message=text, line=self.line())
 
 
 Parser = Callable[[Any, Ctx], Any]
@@ -198,12 +225,62 @@ def parse_mapping(
     out: dict[str, Any] = {}
     for key in value:
         if key not in fields:
-            raise ctx.child(str(key)).message(f"unknown key {key!r}; the known keys are: {known}", key)
+            hint = did_you_mean(str(key), list(fields))
+            raise ctx.child(str(key)).message(f"unknown key {key!r}; {hint}the known keys are: {known}", key)
     for key, (parser, required) in fields.items():
         if key in value:
             out[key] = parser(value[key], ctx.child(key))
         elif required:
             raise ctx.child(key).message(f"missing required key; expected keys: {known}", MISSING)
+    return out
+
+
+def did_you_mean(word: str, known: list[str]) -> str:
+    """ "did you mean 'X'? " for the known word closest to ``word``, else "". A typo seldom changes
+    the first letter: a candidate that starts with another one must be much closer."""
+    for close in difflib.get_close_matches(word, known, n=3, cutoff=0.6):
+        ratio = difflib.SequenceMatcher(None, word, close).ratio()
+        if close[:1].lower() == word[:1].lower() or ratio >= 0.85:
+            return f"did you mean {close!r}? "
+    return ""
+
+
+def key_line(text: str, key: str) -> int | None:
+    """The line (from 1) of ``key`` (a key path such as ``intrinsics[0].llvm.args[2]``) in the YAML
+    ``text``, or of the nearest enclosing key there; None when the text is not YAML or the key
+    path lies outside every key."""
+    lines = _key_lines(text)
+    while key:
+        if key in lines:
+            return lines[key]
+        cut = max(key.rfind("."), key.rfind("["))
+        key = key[: max(cut, 0)]
+    return None
+
+
+@functools.lru_cache(maxsize=16)
+def _key_lines(text: str) -> dict[str, int]:
+    """Every key path of the YAML ``text`` with the line its key (or sequence item) starts on."""
+    try:
+        root = yaml.compose(text)
+    except yaml.YAMLError:
+        return {}
+    out: dict[str, int] = {}
+
+    def walk(node: Any, path: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                sub = f"{path}.{k.value}" if path else str(k.value)
+                out.setdefault(sub, k.start_mark.line + 1)
+                walk(v, sub)
+        elif isinstance(node, yaml.SequenceNode):
+            for i, v in enumerate(node.value):
+                sub = f"{path}[{i}]"
+                out.setdefault(sub, v.start_mark.line + 1)
+                walk(v, sub)
+
+    if root is not None:
+        walk(root, "")
     return out
 
 
@@ -215,7 +292,8 @@ def read_yaml(text: str, source: str = "<string>", error: type[HardwareError] = 
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
-        raise error(source, "", "", message=f"not valid YAML{where}: {problem}") from None
+        line = mark.line + 1 if mark is not None else None
+        raise error(source, "", "", message=f"not valid YAML{where}: {problem}", line=line) from None
 
 
 def read_text(path: str | os.PathLike[str], error: type[HardwareError] = HardwareError) -> str:

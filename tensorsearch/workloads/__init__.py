@@ -14,13 +14,18 @@ Data types (``dtype``):
 - ``"float16"``: float16 data and weights; reductions accumulate in float32 and the outputs
   are float32; elementwise float math (exp, sqrt, bias, batch-norm) runs in float32 after a
   cast.  Per-channel parameters (CBR's bias/bn_scale/bn_offset) stay float32.
+- ``"bfloat16"``: as ``"float16"`` with bfloat16 data and weights (the form of AVX512-BF16
+  ``vdpbf16ps`` and AMX ``tdpbf16ps`` units); numpy arrays of ``ml_dtypes.bfloat16``.
 - ``"int8"``: uint8 data times int8 weights, both cast to int32 before multiplying,
   accumulated in int32; int32 outputs.  Only for the convolutions and matrix products
   (C1D C2D C3D CAP DEP DIL GMM GRP T2D TBG); NRM, SFM, CBR and C2D_WIN_NHWC are float only.
+- ``"int16"``: int16 data and weights, cast to int32 before multiplying, accumulated in int32
+  (the form of AVX512-VNNI ``vpdpwssd`` and ``pmaddwd`` units); the same operators as int8.
 """
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass
 from functools import cached_property
@@ -63,7 +68,9 @@ def names() -> list[str]:
 def _spec(name: str) -> Spec:
     spec = SPECS.get(name) or SPECS.get(str(name).upper())
     if spec is None:
-        raise WorkloadError(f"unknown workload {name!r}; the workloads are {', '.join(SPECS)}")
+        close = difflib.get_close_matches(str(name).upper(), list(SPECS), n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]}? " if close else ""
+        raise WorkloadError(f"unknown workload {name!r}; {hint}the workloads are {', '.join(SPECS)}")
     return spec
 
 
@@ -136,6 +143,15 @@ def make(name: str, args: tuple, dtype: str = "float32") -> Workload:
 def reduced(name: str, index: int = 0, dtype: str = "float32") -> Workload:
     """``make(name, reduced_args(name, index), dtype)``."""
     return make(name, reduced_args(name, index), dtype)
+
+
+def _numpy_dtype(dtype: str) -> np.dtype:
+    """The numpy dtype of an element type; bfloat16 is ml_dtypes' (numpy has none)."""
+    if dtype == "bfloat16":
+        import ml_dtypes
+
+        return np.dtype(ml_dtypes.bfloat16)
+    return np.dtype(dtype)
 
 
 @dataclass(frozen=True)
@@ -222,8 +238,9 @@ class Workload:
     def make_inputs(self, rng: np.random.Generator | int | None = None) -> list[np.ndarray]:
         """Random inputs in parameter order (outputs excluded), never all zeros.
 
-        Floats: uniform in [-1, 1).  int8 form: data uniform over uint8 [0, 255], weights over
-        int8 [-128, 127] (every table shape's int32 accumulation stays in range).
+        Floats: uniform in [-1, 1) (rounded to bfloat16 or float16).  int8 form: data uniform over
+        uint8 [0, 255], weights over int8 [-128, 127]; int16 form: both uniform over [-256, 255]
+        (in both, every table shape's int32 accumulation stays in range).
         C2D_WIN_NHWC's ``weight`` is the Winograd transform of a random 3x3 kernel, so the
         output is the direct convolution with that kernel.
         """
@@ -234,12 +251,14 @@ class Workload:
                 a = rng.integers(0, 256, size=t.shape, dtype=np.uint8)
             elif t.dtype == "int8":
                 a = rng.integers(-128, 128, size=t.shape, dtype=np.int8)
+            elif t.dtype == "int16":
+                a = rng.integers(-256, 256, size=t.shape, dtype=np.int16)
             elif t.role == "kernel_pack":
                 alpha, _, co, ci = t.shape
                 g = rng.uniform(-1.0, 1.0, size=(alpha - 3, alpha - 3, ci, co))
-                a = np.ascontiguousarray(winograd_kernel_pack(g).astype(t.dtype))
+                a = np.ascontiguousarray(winograd_kernel_pack(g).astype(_numpy_dtype(t.dtype)))
             else:
-                a = rng.uniform(-1.0, 1.0, size=t.shape).astype(t.dtype)
+                a = rng.uniform(-1.0, 1.0, size=t.shape).astype(_numpy_dtype(t.dtype))
             arrays.append(a)
         return arrays
 

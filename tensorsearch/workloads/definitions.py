@@ -31,7 +31,11 @@ class Form:
     - ``float32``: everything float32.
     - ``float16``: float16 data and weights; reductions accumulate in float32 and write float32
       outputs; elementwise float math runs in float32 after a cast.
+    - ``bfloat16``: as ``float16`` with bfloat16 data and weights (AVX512-BF16 ``vdpbf16ps``, AMX
+      ``tdpbf16ps``).
     - ``int8``: uint8 data times int8 weights, both cast to int32, accumulated in int32.
+    - ``int16``: int16 data and weights, both cast to int32, accumulated in int32 (AVX512-VNNI
+      ``vpdpwssd``, ``pmaddwd``).
     """
 
     name: str
@@ -43,7 +47,9 @@ class Form:
 FORMS = {
     "float32": Form("float32", "float32", "float32", "float32"),
     "float16": Form("float16", "float16", "float16", "float32"),
+    "bfloat16": Form("bfloat16", "bfloat16", "bfloat16", "float32"),
     "int8": Form("int8", "uint8", "int8", "int32"),
+    "int16": Form("int16", "int16", "int16", "int32"),
 }
 
 

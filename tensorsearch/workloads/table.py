@@ -12,15 +12,16 @@ import numpy as np
 from . import definitions as d
 from . import reference as ref
 
-ALL_DTYPES = ("float32", "float16", "int8")
-FLOAT_DTYPES = ("float32", "float16")
+ALL_DTYPES = ("float32", "float16", "bfloat16", "int8", "int16")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
 class TensorSpec:
     """One parameter of a workload: name, shape, element type and role.
 
-    ``role`` is ``"data"`` (uint8 in the int8 form), ``"weight"`` (int8 in the int8 form),
+    ``role`` is ``"data"`` (uint8 in the int8 form), ``"weight"`` (int8 in the int8 form; both int16
+    in the int16 form),
     ``"param"`` (a float32 per-channel parameter such as a bias), ``"kernel_pack"`` (a
     Winograd-transformed kernel) or ``"output"``.
     """
