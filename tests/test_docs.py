@@ -140,3 +140,33 @@ def test_doc_blocks_run(path: Path, tmp_path: Path):
             assert missing is None, (
                 f"{where}: no output line matches {missing!r}:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}"
             )
+
+
+CLI_REFERENCE = ROOT / "docs" / "reference-cli.md"
+CLI_COMMANDS = [(), ("workloads",), ("show",), ("match",), ("tune",), ("experiment",), ("model",)]
+CLI_COMMANDS += [("model", "tasks"), ("model", "tune"), ("model", "run")]
+
+
+def cli_help_sections() -> str:
+    """Every command's ``--help`` at 100 columns, one ``## tensorsearch ...`` section each."""
+    env = dict(os.environ, COLUMNS="100")
+    out = []
+    for cmd in CLI_COMMANDS:
+        r = subprocess.run(
+            [sys.executable, "-m", "tensorsearch", *cmd, "--help"], capture_output=True, text=True, env=env, timeout=120
+        )
+        assert r.returncode == 0, r.stderr
+        out.append(f"## {' '.join(['tensorsearch', *cmd])}\n\n```text\n{r.stdout.rstrip()}\n```\n")
+    return "\n".join(out)
+
+
+@pytest.mark.slow
+def test_the_cli_reference_is_the_commands_help():
+    """docs/reference-cli.md's sections are what ``--help`` prints now; with
+    ``TENSORSEARCH_WRITE_DOCS=1`` the test rewrites them instead."""
+    text = CLI_REFERENCE.read_text()
+    start, end = text.index("## tensorsearch\n"), text.index("## Checked here")
+    want = cli_help_sections() + "\n"
+    if os.environ.get("TENSORSEARCH_WRITE_DOCS") == "1":
+        CLI_REFERENCE.write_text(text[:start] + want + text[end:])
+    assert text[start:end] == want, "docs/reference-cli.md is stale: rerun with TENSORSEARCH_WRITE_DOCS=1"
