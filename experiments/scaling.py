@@ -5,7 +5,7 @@
     python experiments/scaling.py --nodes 8 --search-s 3 --concurrent 1,2,4   # tune_model's concurrent_tasks
 
 Each point is a fresh ``ray.cluster_utils.Cluster`` of N one-CPU nodes on this machine. The
-measuring pipeline is ours (:class:`~tensorsearch.search.measure.Measurer`: builds as Ray tasks,
+measuring pipeline is ours (:class:`~tensorsearch.search.measure.measurer.Measurer`: builds as Ray tasks,
 at most one per cluster CPU in flight; one runner per node, one candidate at a time, checked and
 then timed; the runner pool refreshed per batch), but a build is a Ray task that sleeps
 ``--build-s`` and a runner's check and timing sleep ``--run-s`` together, so the simulated nodes
@@ -58,7 +58,7 @@ def _standins(build_s: float, run_s: float):
     """A build task and a runner class that sleep instead of compiling and running."""
     import ray
 
-    from tensorsearch.search.measure import _Runner
+    from tensorsearch.search.measure.measurer import _Runner
 
     def build(func, target, niceness=None):
         time.sleep(build_s)
@@ -107,7 +107,7 @@ def point(nodes: int, concurrent: int, args) -> dict:
     from ray.cluster_utils import Cluster
 
     from tensorsearch import workloads
-    from tensorsearch.search import measure
+    from tensorsearch.search.measure import measurer as measure
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(nodes - 1):

@@ -86,7 +86,7 @@ class TableMeasurer:
 
 @pytest.fixture
 def table_measurer(monkeypatch):
-    monkeypatch.setattr("tensorsearch.search.measure.Measurer", TableMeasurer)
+    monkeypatch.setattr("tensorsearch.search.measure.measurer.Measurer", TableMeasurer)
 
 
 def _tune(work_dir: Path, trials: int) -> Any:
@@ -132,7 +132,7 @@ def test_a_fixed_work_dir_replays_to_the_golden_best(tmp_path, table_measurer):
 def _write_expected() -> None:  # pragma: no cover - run by hand, once, to make the expected files
     import tempfile
 
-    import tensorsearch.search.measure as measure
+    import tensorsearch.search.measure.measurer as measure
 
     measure.Measurer = TableMeasurer  # type: ignore[misc]
     with tempfile.TemporaryDirectory() as tmp:

@@ -19,7 +19,7 @@ import tensorsearch as ts
 from tensorsearch import hardware, workloads
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.model import model_tasks
-from tensorsearch.search.scheduler import _Entry, _ModelRun, _TaskState, tune_model
+from tensorsearch.search.tuning.scheduler import _Entry, _ModelRun, _TaskState, tune_model
 
 HOST = hardware.load("host")
 SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=4)
@@ -27,7 +27,7 @@ SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    from tensorsearch.search.measure import init_ray
+    from tensorsearch.search.measure.measurer import init_ray
 
     init_ray()
     yield
@@ -227,7 +227,7 @@ def test_an_error_in_one_concurrent_round_stops_the_others_and_keeps_every_recor
 
 
 def test_a_task_with_no_valid_program_stops_and_the_others_go_on(tmp_path, monkeypatch):
-    from tensorsearch.search import tuner
+    from tensorsearch.search.tuning import tuner
 
     wls = [workloads.make("GMM", (1, 16, 16, 16), "float32"), workloads.make("GMM", (1, 8, 8, 8), "float32")]
     bad = workload_key(wls[0].func)
@@ -281,7 +281,7 @@ def test_cli_model_tune(tmp_path, capsys):
 
 def test_the_cli_offers_every_strategy():
     from tensorsearch.cli.main import build_parser
-    from tensorsearch.search.scheduler import STRATEGIES
+    from tensorsearch.search.tuning.scheduler import STRATEGIES
 
     for strategy in STRATEGIES:
         args = build_parser().parse_args(["model", "tune", "m.onnx", "--hardware", "host", "--trials", "1",

@@ -26,8 +26,8 @@ from tensorsearch.ir import structural_equal
 from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
-from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.tuner import _build, finalist_count
+from tensorsearch.search.strategy.parallel import LocalEvaluator
+from tensorsearch.search.tuning.tuner import _build, finalist_count
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    from tensorsearch.search.measure import init_ray
+    from tensorsearch.search.measure.measurer import init_ray
 
     init_ray()
     yield
@@ -95,7 +95,7 @@ DEP0_FINALIST_ROUNDS = {
 def test_the_fastest_sample_ranks_finalists_as_the_rounds_do():
     import statistics
 
-    from tensorsearch.search.noise import latency_of
+    from tensorsearch.search.measure.noise import latency_of
 
     assert [finalist_count(n) for n in (3, 8, 40, 64, 256)] == [3, 6, 10, 12, 12]
     names, rounds = list(DEP0_FINALIST_ROUNDS), list(DEP0_FINALIST_ROUNDS.values())
@@ -295,7 +295,7 @@ def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
 
 
 def test_a_design_space_with_no_valid_program_says_why(tmp_path, monkeypatch):
-    from tensorsearch.search import postproc
+    from tensorsearch.search.postproc import cpu as postproc
 
     class RefuseAll(postproc.Postproc):
         name = "RefuseAll"

@@ -10,11 +10,11 @@
     result.program.bind([x, y, z])()        # ... as the tuner timed it (weights packed ahead, if any)
     mod = ts.search.compile_best(workloads.get("GMM", 0, "int8").func, "x86-znver4", "runs/gmm")
 
-The loop: the design space of the workload (:class:`~.space.DesignSpace`); rounds of the
-evolutionary search (:class:`~.evolutionary.EvolutionarySearch`), each proposing a batch that is
-built in parallel Ray tasks and timed by one runner actor per node (:class:`~.measure.Measurer`);
+The loop: the design space of the workload (:class:`~.design.DesignSpace`); rounds of the
+evolutionary search (:class:`~.strategy.evolutionary.EvolutionarySearch`), each proposing a batch that is
+built in parallel Ray tasks and timed by one runner actor per node (:class:`~.measurer.Measurer`);
 every measurement is appended to the database (:class:`~.database.Database`) as soon as it is
-made, and the cost model (:class:`~.cost_model.CostModel`) is retrained on it. Running ``tune``
+made, and the cost model (:class:`~.cost_model.model.CostModel`) is retrained on it. Running ``tune``
 again with the same ``work_dir`` resumes: measured candidates are never measured again and count
 toward ``trials``; ``trials`` is the total for the workload and hardware.
 
@@ -39,23 +39,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arith import count_ops
-from ..graph.executor import TaskProgram
-from ..ir import (
+from ...arith import count_ops
+from ...graph.executor import TaskProgram
+from ...ir import (
     PrimFunc,
 )
-from ..runtime import Module, build
-from ..runtime.verify import verify_hardware
-from ..schedule import Schedule, Trace
-from ..target import Hardware, load
-from ..transform import layout_free_params
-from ..workloads import Workload
-from .cost_model import CostModel
-from .database import Database
-from .database import workload_key as workload_key_of
-from .evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
-from .noise import LATENCY_STATISTIC, HostConditions
-from .space import Candidate, DesignSpace
+from ...runtime import Module, build
+from ...runtime.verify import verify_hardware
+from ...schedule import Schedule, Trace
+from ...target import Hardware, load
+from ...transform import layout_free_params
+from ...workloads import Workload
+from ..cost_model.model import CostModel
+from ..database import Database
+from ..database import workload_key as workload_key_of
+from ..measure.noise import LATENCY_STATISTIC, HostConditions
+from ..space.design import Candidate, DesignSpace
+from ..strategy.evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
 
 # A candidate whose check run is this many times slower than the task's best is not timed again
 # (Measurer.measure's slow_after): it cannot become the best.
@@ -203,7 +203,7 @@ def tune(
     cluster; "local" forces the local one). ``workers``: Ray actors
     for the search's own work (None: one per CPU; 0: in this process). ``timeout_s``: a
     candidate running longer is recorded as failed. ``flush_cache``: every timed call runs after
-    the caches are flushed (:class:`~.measure.Measurer`). ``transfer``: pre-train the cost model on the
+    the caches are flushed (:class:`~.measurer.Measurer`). ``transfer``: pre-train the cost model on the
     records of other workloads measured on the same hardware, in the work dir's database and in
     the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
     files). ``allow_other_cpu``: time on machines whose CPU is not the one ``hardware`` describes
@@ -216,7 +216,7 @@ def tune(
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
-    from .measure import resolve_address
+    from ..measure.measurer import resolve_address
 
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
@@ -252,7 +252,7 @@ def _tune(
     t_start: float,
 ) -> TuneResult:
     """:func:`tune`'s run, with the work dir held: one :class:`TaskSearch` run to its budget."""
-    from .measure import Measurer, init_ray, ray_started
+    from ..measure.measurer import Measurer, init_ray, ray_started
 
     db = Database(work_dir)
     unit = _unit(func)
@@ -332,7 +332,7 @@ class TaskSearch:
         config: SearchConfig,
         seed: int,
     ) -> None:
-        from .database import hardware_key
+        from ..database import hardware_key
 
         self.func, self.workload, self.name, self.hw, self.db = func, workload, name, hw, db
         self.config, self.seed, self.cost_model = config, seed, cost_model
@@ -372,7 +372,7 @@ class TaskSearch:
     def evaluator(self, workers: int | None) -> Any:
         """Where this task's candidates are replayed: ``workers`` Ray actors (None: one per CPU), or
         this process (0)."""
-        from .parallel import LocalEvaluator, RayEvaluator
+        from ..strategy.parallel import LocalEvaluator, RayEvaluator
 
         return LocalEvaluator(self.space) if workers == 0 else RayEvaluator(self.space, workers)
 
@@ -400,7 +400,7 @@ class TaskSearch:
         at most), each committed to the database as it is measured; returns how many were
         measured: 0 when the design space has nothing new left. TuneError when the first round
         finds no valid program at all."""
-        from .database import TuningRecord
+        from ..database import TuningRecord
 
         self.resume(evaluator)
         stats = RoundStats()
@@ -562,8 +562,8 @@ def _pretrain(
 ) -> int:
     """Pre-train ``cost_model`` on the records of hardware ``hw`` of workloads not in ``exclude``
     (their keys) in ``db`` and in the databases at ``sources``; returns how many it learned from."""
-    from .cost_model import transfer_data
-    from .database import Database, DatabaseError
+    from ..cost_model.model import transfer_data
+    from ..database import Database, DatabaseError
 
     if isinstance(sources, str | os.PathLike):
         sources = [sources]
@@ -597,7 +597,7 @@ def compile_best(
     """The compiled module of the best record of ``func`` (a PrimFunc or workload) for ``hardware``
     in ``work_dir``'s database, the whole function (as :attr:`TuneResult.module`); TuneError when
     there is none."""
-    from .database import Database, hardware_key, workload_key
+    from ..database import Database, hardware_key, workload_key
 
     func, _, name = _resolve(func)
     hw = load(hardware)

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ir import Block, BlockRealize, For, ForKind, IntImm, Var
-from ..ir.functor import free_vars
-from ..ir.stmt import IterType
-from ..schedule import BlockRV, Schedule, ScheduleError
-from ..schedule.tree import find_block, loops_above, stmt_children, walk_nodes
-from ..target import Hardware
-from .space import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
+from ...ir import Block, BlockRealize, For, ForKind, IntImm, Var
+from ...ir.functor import free_vars
+from ...ir.stmt import IterType
+from ...schedule import BlockRV, Schedule, ScheduleError
+from ...schedule.tree import find_block, loops_above, stmt_children, walk_nodes
+from ...target import Hardware
+from ..space.design import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
 
 
 class Postproc:
@@ -113,8 +113,8 @@ def _unit_zeroes_its_tile(sch: Schedule, name: str) -> bool:
 def _writes_only_constants(block: Block) -> bool:
     """The init block a decomposed tile reduction leaves (it only stores constants)."""
     loads: list[Any] = []
-    from ..ir import BufferLoad
-    from ..ir.functor import post_order_visit
+    from ...ir import BufferLoad
+    from ...ir.functor import post_order_visit
 
     post_order_visit(block.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
     return not loads
@@ -250,7 +250,7 @@ def _is_leaf(sch: Schedule, name: str) -> bool:
 def postprocs_for(hardware: Hardware) -> list[Postproc]:
     """The postprocessors of the hardware's kind, in order (GPU: :func:`.gpu.gpu_postprocs_for`)."""
     if hardware.kind == "gpu":
-        from .gpu import gpu_postprocs_for
+        from ..space.gpu import gpu_postprocs_for
 
         return gpu_postprocs_for(hardware)
     return [

@@ -4,7 +4,7 @@ A *rule* takes a schedule and one of its blocks and returns the schedules it mak
 changed, one, or several: a fork of the design space). Applying every rule of a target to every
 block gives the *design-space traces*: schedule traces whose tile sizes, compute locations and
 unroll/parallel extents are ``sample_*`` instructions. A candidate program is a design-space trace
-replayed with fresh (or mutated) decisions and then post-processed (:mod:`.postproc`)::
+replayed with fresh (or mutated) decisions and then post-processed (:mod:`..postproc`)::
 
     space = DesignSpace(workloads.get("GMM", 0, "int8").func, hardware.load("host"))
     len(space.traces)                       # e.g. 3: VNNI tiling with no / level-1 / level-2 write cache
@@ -39,12 +39,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import BufferLoad, BufferStore, IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
-from ..ir.functor import free_vars
-from ..ir.stmt import Block, IterType
-from ..lower.common import is_const
-from ..schedule import BlockRV, Schedule, ScheduleError, Trace, tile_with_intrin
-from ..target import Hardware, Intrinsic, match
+from ...ir import BufferLoad, BufferStore, IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
+from ...ir.functor import free_vars
+from ...ir.stmt import Block, IterType
+from ...lower.common import is_const
+from ...schedule import BlockRV, Schedule, ScheduleError, Trace, tile_with_intrin
+from ...target import Hardware, Intrinsic, match
 
 TILING_STRUCTURE = "meta_schedule.tiling_structure"
 AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
@@ -185,7 +185,7 @@ def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
     to one, that reads the block's output only at its own iterators and writes a buffer of the
     same shape. Computed under a tile, it applies bias, activation or requantization to the tile
     while it is in cache, instead of re-reading the whole output afterwards. None otherwise."""
-    from ..ir import BufferLoad
+    from ...ir import BufferLoad
 
     try:
         consumers = sch.get_consumers(block)
@@ -307,7 +307,7 @@ class SplitStridePhases(ScheduleRule):
     rewrites_program = True
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        from ..transform import has_stride_phases
+        from ...transform import has_stride_phases
 
         if not has_stride_phases(sch.get(block)):
             return [sch]
@@ -722,7 +722,7 @@ def _layout_copy_factors(sch: Schedule, block: BlockRV) -> dict[Var, int] | None
     """For a spatial block that only copies into a layout with ``v // c`` and ``v % c`` indices
     (``dst[..., v // c, ..., v % c] = src[...]``), each such iterator ``v`` with its ``c``, in the
     destination's order; None for any other block."""
-    from ..ir import FloorDiv, FloorMod
+    from ...ir import FloorDiv, FloorMod
 
     blk = sch.get(block)
     body = blk.body
@@ -879,7 +879,7 @@ class DesignSpace:
         traces: list[Trace] | None = None,
         max_spaces: int = 16,
     ) -> None:
-        from .postproc import postprocs_for
+        from ..postproc.cpu import postprocs_for
 
         self.func = func
         self.max_spaces = max_spaces

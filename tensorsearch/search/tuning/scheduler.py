@@ -30,7 +30,7 @@ and its own builds; all time their candidates through the one runner pool, a can
 time on a node. A round is chosen as above among the tasks not in flight, and the budget counts
 the trials the rounds in flight may still take. While one task's candidates are timed on a node
 another's search and builds may run there: on a cluster, label the nodes that time
-``tensorsearch.role=timing`` and they get no builds nor search actors (:mod:`.measure`). With
+``tensorsearch.role=timing`` and they get no builds nor search actors (:mod:`.measure.measurer`). With
 one task at a time (the default), a node never builds nor searches while it times.
 
 **What is shared.** One database (records keyed by task and hardware, as :func:`~.tuner.tune`
@@ -65,16 +65,16 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import PrimFunc
-from ..schedule import ScheduleError
-from ..target import Hardware, load
-from ..workloads import Workload
-from .cost_model import CostModel
-from .database import Database
-from .evolutionary import SearchConfig
-from .noise import LATENCY_STATISTIC, HostConditions
-from .report import format_markdown_table, format_table
-from .space import SearchSpaceError
+from ...ir import PrimFunc
+from ...schedule import ScheduleError
+from ...target import Hardware, load
+from ...workloads import Workload
+from ..cost_model.model import CostModel
+from ..database import Database
+from ..measure.noise import LATENCY_STATISTIC, HostConditions
+from ..report import format_markdown_table, format_table
+from ..space.design import SearchSpaceError
+from ..strategy.evolutionary import SearchConfig
 from .tuner import HostBusyWarning, TaskSearch, TuneError, TuneInputError, _pretrain, check_runs_here
 
 __all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_model"]
@@ -228,7 +228,7 @@ def _file_name(index: int, name: str) -> str:
 
 def _entries(model: Any, input_shapes: Mapping[str, Any] | None, layout: str) -> tuple[list[_Entry], Any]:
     """The tasks to tune and the graph (None when tasks were given)."""
-    from ..graph.fuse import Task
+    from ...graph.fuse import Task
 
     if isinstance(model, Sequence) and not isinstance(model, str | bytes):
         entries = []
@@ -245,7 +245,7 @@ def _entries(model: Any, input_shapes: Mapping[str, Any] | None, layout: str) ->
         if not entries:
             raise TuneInputError("tune_model: the task list is empty")
         return entries, None
-    from .model import model_tasks
+    from ..model import model_tasks
 
     graph, _, tasks = model_tasks(model, input_shapes=input_shapes, layout=layout)
     return [_Entry(t.name, t.func, t.weight, t.flops) for t in tasks], graph
@@ -281,7 +281,7 @@ def tune_model(
     tasks (``tensorsearch.graph.Task`` or workloads). ``strategy``: "gradient" or "round-robin"
     (see the module docstring). ``measure_model``: when a model (not a task list) is given and
     this machine runs ``hardware``, compile it with the best records and time it at the end.
-    ``flush_cache``: time every call after flushing the caches (:class:`~.measure.Measurer`), as
+    ``flush_cache``: time every call after flushing the caches (:class:`~.measurer.Measurer`), as
     a kernel runs inside the model. ``concurrent_tasks``: how many tasks' rounds run at once (see
     the module docstring). The other arguments (``allow_other_cpu`` among them) are
     :func:`~.tuner.tune`'s. The work dir is held for the whole run.
@@ -294,7 +294,7 @@ def tune_model(
         raise TuneInputError(f"tune_model: alpha must be in [0, 1] and window at least 1, got {alpha}, {window}")
     if isinstance(concurrent_tasks, bool) or not isinstance(concurrent_tasks, int) or concurrent_tasks < 1:
         raise TuneInputError(f"tune_model: concurrent_tasks must be a positive integer, got {concurrent_tasks!r}")
-    from .measure import resolve_address
+    from ..measure.measurer import resolve_address
 
     t_start = time.perf_counter()
     hw = load(hardware)
@@ -378,7 +378,7 @@ class _ModelRun:
     # ------------------------------------------------------------------------------------
     def start(self, transfer: bool) -> None:
         """Make every task's design space, resume its records, and pre-train the cost model."""
-        from .database import workload_key
+        from ..database import workload_key
 
         self.write_log(
             f"tune_model: {len(self.entries)} tasks on {self.hw.name}, {self.trials} trials, {self.strategy}"
@@ -423,7 +423,7 @@ class _ModelRun:
     def tune(self, address: str | None, workers: int | None, measure: dict[str, Any]) -> None:
         """Run rounds until the budget is spent or no task can go on (``concurrent`` tasks at a
         time); then time each tuned task's finalists again together."""
-        from .measure import init_ray, ray_started
+        from ..measure.measurer import init_ray, ray_started
 
         if self.done < self.trials:
             if not ray_started():
@@ -455,7 +455,7 @@ class _ModelRun:
 
     def pool(self) -> Any:
         """The runners (one per node), started at first use, shared by every thread's measurers."""
-        from .measure import RunnerPool
+        from ..measure.measurer import RunnerPool
 
         with self.lock:
             if self._pool is None:
@@ -661,7 +661,7 @@ class _Active:
 
     def switch(self, task: _TaskState, with_evaluator: bool) -> tuple[Any, Any]:
         """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
-        from .measure import Measurer
+        from ..measure.measurer import Measurer
 
         search = task.search
         assert search is not None
@@ -688,7 +688,7 @@ def _time_model(
     model: Any, hw: Hardware, work_dir: str | os.PathLike, input_shapes: Any, layout: str, seed: int
 ) -> float:
     """Median seconds of one run of the model compiled with the work dir's best records."""
-    from .model import compile_model
+    from ..model import compile_model
 
     exe = compile_model(model, hw, work_dir, input_shapes=input_shapes, layout=layout)
     rng = np.random.default_rng(seed)
@@ -702,7 +702,7 @@ def _time_model(
 
 def _write_outputs(result: ModelTuneResult) -> None:
     """tasks.csv, tasks.md, model_curve.csv and model_curve.png in the work dir."""
-    from .report import write_latency_curve_png
+    from ..report import write_latency_curve_png
 
     d = result.work_dir
     with open(d / "tasks.csv", "w", newline="") as f:

@@ -46,10 +46,10 @@ import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir import BufferLoad, BufferStore, IntImm
-from ..schedule import BlockRV, Schedule, ScheduleError
-from ..target import Hardware, IntrinsicSet, Unit
-from .space import ScheduleRule, _extent, _is_reduction, _iter_kinds, _trivially_bound
+from ...ir import BufferLoad, BufferStore, IntImm
+from ...schedule import BlockRV, Schedule, ScheduleError
+from ...target import Hardware, IntrinsicSet, Unit
+from .design import ScheduleRule, _extent, _is_reduction, _iter_kinds, _trivially_bound
 
 COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
 THREAD_EXTENTS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
@@ -169,7 +169,7 @@ def as_gemm(sch: Schedule, block: BlockRV) -> Gemm | None:
 
 
 def _vars_of(region: Any) -> set[Any]:
-    from ..ir.functor import free_vars
+    from ...ir.functor import free_vars
 
     return {v for r in region.region for v in free_vars(r.min)}
 
@@ -395,8 +395,8 @@ class AutoBind(ScheduleRule):
 def _own_loops(sch: Schedule, block: BlockRV) -> list[Any]:
     """The innermost loops around ``block`` that hold nothing else: the copy's own loop nest
     (how many there are depends on the sampled tile sizes: a unit region gets no loop)."""
-    from ..ir import BlockRealize
-    from ..schedule.tree import walk_nodes
+    from ...ir import BlockRealize
+    from ...schedule.tree import walk_nodes
 
     name = sch.get(block).name
     own = []
@@ -411,8 +411,8 @@ def _own_loops(sch: Schedule, block: BlockRV) -> list[Any]:
 
 def _thread_extent(sch: Schedule, tag: str) -> int | None:
     """The extent of the loops bound to ``tag`` (None: no loop is)."""
-    from ..ir import For
-    from ..schedule.tree import walk_nodes
+    from ...ir import For
+    from ...schedule.tree import walk_nodes
 
     for node in walk_nodes(sch.func.body):
         if isinstance(node, For) and node.thread_binding == tag and isinstance(node.extent, IntImm):
@@ -430,7 +430,7 @@ class RewriteCooperativeFetch:
         self.warp_size = warp_size
 
     def apply(self, sch: Schedule) -> bool:
-        from .postproc import _blocks
+        from ..postproc.cpu import _blocks
 
         warps = _thread_extent(sch, "threadIdx.y") or 1
         lanes = _thread_extent(sch, "threadIdx.x") or self.warp_size  # WMMA kernels: one warp per unit
@@ -500,9 +500,9 @@ def gpu_limits_error(func: Any, hw: Hardware) -> str | None:
     """Why ``func``'s thread block does not fit ``hw``'s limits (threads, shared memory, registers),
     or None. Registers are estimated from the WMMA fragments a thread holds (8 32-bit registers a
     float32 accumulator, 4 a float16 fragment) plus 32 for addresses and loop counters."""
-    from ..codegen.cuda import lower_gpu
-    from ..ir import Allocate, For
-    from ..ir.functor import post_order_visit
+    from ...codegen.cuda import lower_gpu
+    from ...ir import Allocate, For
+    from ...ir.functor import post_order_visit
 
     gpu = hw.gpu
     low = lower_gpu(func, hw)
@@ -542,7 +542,7 @@ def gpu_limits_error(func: Any, hw: Hardware) -> str | None:
 
 def gpu_rules_for(hardware: Hardware) -> list[ScheduleRule]:
     """The rules of a GPU design space, in order (module doc)."""
-    from .space import AutoInline
+    from .design import AutoInline
 
     return [
         MultiLevelTilingTensorCore(hardware=hardware),
@@ -553,6 +553,6 @@ def gpu_rules_for(hardware: Hardware) -> list[ScheduleRule]:
 
 
 def gpu_postprocs_for(hardware: Hardware) -> list[Any]:
-    from .postproc import DisallowDynamicLoop
+    from ..postproc.cpu import DisallowDynamicLoop
 
     return [DisallowDynamicLoop(), RewriteCooperativeFetch(hardware.gpu.warp_size), VerifyGPUCode(hardware)]

@@ -108,12 +108,12 @@ from typing import Any
 
 import numpy as np
 
-from ..ir.dtype import numpy_dtype, parse_dtype
-from ..ir.functor import post_order_visit
-from ..ir.stmt import Block, IterType, PrimFunc
-from ..target import CpuIdentity, Hardware, load
-from ..transform import ConstantSplit, layout_free_params, split_constant_stages
-from ..workloads import Workload
+from ...ir.dtype import numpy_dtype, parse_dtype
+from ...ir.functor import post_order_visit
+from ...ir.stmt import Block, IterType, PrimFunc
+from ...target import CpuIdentity, Hardware, load
+from ...transform import ConstantSplit, layout_free_params, split_constant_stages
+from ...workloads import Workload
 from .noise import DISTURBED, ReferenceClock, latency_of
 
 __all__ = ["MeasureResult", "MeasureStopped", "Measurer", "init_ray"]
@@ -254,7 +254,7 @@ def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> dic
     node) is cross-compiled and shipped as an object file (``"object": True``): the runner that
     times it links it, natively or for qemu. ``niceness``: the driver's, which the worker takes
     where it may (:func:`take_niceness`)."""
-    from ..target import arch_of, host_triple
+    from ...target import arch_of, host_triple
 
     take_niceness(niceness)
     t0 = time.perf_counter()
@@ -284,7 +284,7 @@ def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> dic
 def _library(func: PrimFunc, target: Hardware, foreign: bool) -> tuple[bytes, str]:
     """``func`` compiled for ``target``: a shared library's (or, ``foreign``, an object file's)
     bytes and its JSON sidecar."""
-    from ..runtime.module import build
+    from ...runtime.module import build
 
     mod = build(func, target, jit=False, name="candidate" if foreign else None)  # qemu's harness has the main
     with tempfile.TemporaryDirectory(prefix="tensorsearch-build-") as tmp:
@@ -343,7 +343,7 @@ class _Runner:
     runner serves every task of a run: each call brings its task's inputs and reference."""
 
     def __init__(self, token: str, seed: int, niceness: int | None = None) -> None:
-        from ..runtime import module  # noqa: F401 - imported now, not during the first (timed-out) run
+        from ...runtime import module  # noqa: F401 - imported now, not during the first (timed-out) run
 
         self.priority = take_niceness(niceness)  # why it times at another niceness than the driver's, or None
         self.inputs: list[np.ndarray] = []
@@ -363,7 +363,7 @@ class _Runner:
         faulthandler.enable(file=self._crash_file, all_threads=False)
 
     def _arguments(self) -> list[np.ndarray]:
-        from ..runtime import aligned_copy
+        from ...runtime import aligned_copy
 
         args: list[Any] = []
         inputs = iter(self.inputs)
@@ -397,8 +397,8 @@ class _Runner:
         cache."""
         import json
 
-        from ..runtime.module import link_shared, load_module
-        from ..target import arch_of, host_triple
+        from ...runtime.module import link_shared, load_module
+        from ...target import arch_of, host_triple
 
         self.inputs, self.out_positions, self.expected, self.checker = inputs, out_positions, expected, checker
         self.started = time.time()
@@ -437,8 +437,8 @@ class _Runner:
     def _prepacked(self, args: list[np.ndarray], prepack: dict[str, Any]) -> list[np.ndarray]:
         """The main function's arguments: ``args`` (the task's, in its parameter order) with the
         weights the prepack library packs (run here once) in place of the ones it reads."""
-        from ..runtime import aligned_zeros
-        from ..runtime.module import load_module
+        from ...runtime import aligned_zeros
+        from ...runtime.module import load_module
 
         path = os.path.join(self.dir, f"candidate{self.count}_prepack.so")
         try:
@@ -461,7 +461,7 @@ class _Runner:
     def _emulate(self, binary: bytes, symbol: str, check: bool, timeout_s: float) -> dict[str, Any]:
         """Run an aarch64 object once under qemu-aarch64 (linked into a static harness) and check
         it: correctness only; its one latency, the harness's wall time, is flagged emulated."""
-        from ..runtime.cross import CrossRunError, run_aarch64
+        from ...runtime.cross import CrossRunError, run_aarch64
 
         args = self._arguments()
         t0 = time.perf_counter()
@@ -525,8 +525,8 @@ class _Runner:
     def _clock(self) -> ReferenceClock | None:
         """The reference kernel (built on first use), for a candidate compiled for this CPU; None
         for a GPU's, or where the reference cannot be built (then timings carry no disturbance)."""
-        from ..runtime import LoadedModule, default_threads
-        from ..target.hardware import host_identity
+        from ...runtime import LoadedModule, default_threads
+        from ...target.hardware import host_identity
 
         if not isinstance(self.mod, LoadedModule):
             return None
@@ -564,8 +564,8 @@ class _Runner:
         why it is not the driver's (``priority``, None when it is)."""
         import ray
 
-        from ..runtime.cross import aarch64_tools_available
-        from ..target.hardware import host_absent_features, host_identity, host_present_features, host_triple
+        from ...runtime.cross import aarch64_tools_available
+        from ...target.hardware import host_absent_features, host_identity, host_present_features, host_triple
 
         labels = ray.get_runtime_context().get_node_labels()
         emulates = _label_list(labels, EMULATES_LABEL)
@@ -635,7 +635,7 @@ def _remote_runner() -> Any:
 
 def _reduction_size(func: PrimFunc) -> int:
     """The largest product of reduction-iterator extents over the blocks (at least 1)."""
-    from ..ir.expr import IntImm
+    from ...ir.expr import IntImm
 
     best = [1]
 
@@ -706,7 +706,7 @@ def _reference(
     func: PrimFunc, workload: Workload | None, seed: int
 ) -> tuple[list[np.ndarray], list[int], list[np.ndarray], Any]:
     """(inputs, output positions, expected outputs, checker) for the candidates of ``func``."""
-    from ..runtime.module import build, signature
+    from ...runtime.module import build, signature
 
     if workload is not None:
         inputs = workload.make_inputs(seed)
@@ -1171,7 +1171,7 @@ class Measurer:
         commits it to the database there, so an interrupted batch keeps what it measured).
         ``slow_after``: seconds; a candidate whose first run took longer keeps that one latency."""
 
-        from .space import candidate_key
+        from ..space.design import candidate_key
 
         funcs = list(funcs)
         builds, keys = self._build_all(funcs), [candidate_key(f) for f in funcs]
@@ -1192,7 +1192,7 @@ class Measurer:
         round in reverse order): per function, the latencies of each round (empty lists when it
         failed). Interleaving puts the candidates under the same noise; the tuner re-times its
         finalists this way."""
-        from .space import candidate_key
+        from ..space.design import candidate_key
 
         funcs = list(funcs)
         keys = [candidate_key(f) for f in funcs]

@@ -6,7 +6,7 @@ design-space trace and the hardware, :func:`heuristic_traces` replays the trace 
 every ``sample_perfect_tile`` of a block tiled by ``MultiLevelTiling`` (``SSRSRS``) and the
 ``sample_categorical`` of the parallel and unroll annotations::
 
-    from tensorsearch.search.heuristics import heuristic_traces
+    from tensorsearch.search.space.heuristics import heuristic_traces
     space = DesignSpace(workloads.get("GMM", 3, "int8").func, hardware.load("x86-znver4"))
     for trace in heuristic_traces(space.traces[0], space.func, space.hardware, variants=4):
         cand = space.replay(trace, 0)           # a valid program (None if a postprocessor refused)
@@ -59,12 +59,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir import IntImm, PrimFunc, Var
-from ..ir.functor import free_vars, substitute
-from ..schedule import Schedule, ScheduleError, Trace
-from ..schedule.trace import _flatten_outputs, _map_rvs
-from ..target import Hardware
-from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _is_reduction, _iter_kinds
+from ...ir import IntImm, PrimFunc, Var
+from ...ir.functor import free_vars, substitute
+from ...schedule import Schedule, ScheduleError, Trace
+from ...schedule.trace import _flatten_outputs, _map_rvs
+from ...target import Hardware
+from .design import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _is_reduction, _iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
 
@@ -111,7 +111,7 @@ def _whole_vectors(n: int, limit: float, per_vector: float) -> int:
 
 
 def _const(expr: Any) -> int | None:
-    from ..arith import simplify
+    from ...arith import simplify
 
     e = simplify(expr)
     return e.value if isinstance(e, IntImm) else None
