@@ -19,8 +19,8 @@ from tensorsearch.codegen import cuda as cg
 from tensorsearch.interpreter import interpret
 from tensorsearch.ir import Allocate, For, post_order_visit
 from tensorsearch.schedule import LoopKindError, Schedule, TensorizeError
+from tensorsearch.search.postproc.gpu import gpu_limits_error
 from tensorsearch.search.space.design import DesignSpace
-from tensorsearch.search.space.gpu import gpu_limits_error
 
 pytestmark = pytest.mark.filterwarnings("ignore::tensorsearch.target.IntrinsicNotVerified")
 

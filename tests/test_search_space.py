@@ -18,18 +18,17 @@ from tensorsearch.ir import Block, ForKind, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.schedule.tree import walk_stmts
 from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
-from tensorsearch.search.postproc.cpu import postprocs_for
-from tensorsearch.search.space.design import (
-    AUTO_TENSORIZE,
+from tensorsearch.search.postproc.registry import postprocs_for
+from tensorsearch.search.space.cpu import (
     AutoInline,
-    DesignSpace,
     MultiLevelTiling,
     ParallelizeVectorizeUnroll,
     RandomComputeLocation,
-    SearchSpaceError,
     TileLayoutCopy,
-    rules_for,
 )
+from tensorsearch.search.space.design import DesignSpace
+from tensorsearch.search.space.registry import rules_for
+from tensorsearch.search.space.rule import AUTO_TENSORIZE, SearchSpaceError
 
 HOST = hardware.load("x86-emeraldrapids")  # a descriptor with VNNI; the programs are built for this CPU
 VNNI_HERE = hardware.load("host").has_feature("+avx512vnni")
@@ -521,7 +520,7 @@ def test_a_reduction_whose_reads_serve_one_output_each_also_stays_untiled():
     # TVM tiles a reduction only where a read is shared between outputs (GEMM's A and B). A
     # softmax's row sum reads each element for one output: it keeps an untiled space, the first
     # since it reduces rows; a max pool's window (channels last) keeps one too, after the tiled ones
-    from tensorsearch.search.space.design import TILING_STRUCTURE
+    from tensorsearch.search.space.rule import TILING_STRUCTURE
 
     def tiled(spaces, name):
         return [bool(dict(s.get(s.get_block(name)).annotations).get(TILING_STRUCTURE)) for s in spaces]

@@ -295,15 +295,16 @@ def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
 
 
 def test_a_design_space_with_no_valid_program_says_why(tmp_path, monkeypatch):
-    from tensorsearch.search.postproc import cpu as postproc
+    from tensorsearch.search.postproc.common import Postproc
+    from tensorsearch.search.space import design
 
-    class RefuseAll(postproc.Postproc):
+    class RefuseAll(Postproc):
         name = "RefuseAll"
 
         def apply(self, sch):
             return False
 
-    monkeypatch.setattr(postproc, "postprocs_for", lambda hw: [RefuseAll()])
+    monkeypatch.setattr(design, "postprocs_for", lambda hw: [RefuseAll()])  # the list the design space applies
     wl = workloads.make("GMM", (1, 8, 8, 8), "float32")
     with pytest.raises(
         TuneError,

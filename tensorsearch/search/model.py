@@ -31,8 +31,9 @@ from ..schedule import Schedule, ScheduleError, Trace
 from ..target import Hardware, resolve
 from ..transform import layout_free_params
 from .database import Database, hardware_key
-from .space.design import DesignSpace, SearchSpaceError
+from .space.design import DesignSpace
 from .space.heuristics import heuristic_traces
+from .space.rule import SearchSpaceError
 
 __all__ = ["CompiledModel", "compile_model", "default_schedule", "model_tasks"]
 

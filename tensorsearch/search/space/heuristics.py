@@ -64,7 +64,7 @@ from ...ir.functor import free_vars, substitute
 from ...schedule import Schedule, ScheduleError, Trace
 from ...schedule.trace import _flatten_outputs, _map_rvs
 from ...target import Hardware
-from .design import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _is_reduction, _iter_kinds
+from .rule import PARALLEL, TILING_STRUCTURE, UNROLL, any_tensorized, is_reduction, iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
 
@@ -135,7 +135,7 @@ class _Block:
     def __init__(self, sch: Schedule, block: Any, model: MachineModel) -> None:
         realize, _ = sch._block_realize(block)
         blk = realize.block
-        kinds = _iter_kinds(sch, block)
+        kinds = iter_kinds(sch, block)
         var_of_loop = {
             v: iv.var for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True) if isinstance(v, Var)
         }
@@ -385,7 +385,7 @@ class _Decider:
             # a pack an intrinsic reads cannot be inlined, and goes to the root
             if self.compute_root or _feeds_an_intrinsic(sch, kwargs["block"]):
                 return -1
-            if _is_reduction(sch, kwargs["block"]):
+            if is_reduction(sch, kwargs["block"]):
                 return _deepest_without_recompute(sch, kwargs["block"])
             return -2
         if name == "sample_categorical" and inst.outputs:
@@ -450,7 +450,7 @@ def _feeds_an_intrinsic(sch: Schedule, block: Any) -> bool:
     """Whether a consumer of ``block`` is (or will be) tensorized, so that a padding stage cannot
     be inlined into it (True when the consumers cannot be told)."""
     try:
-        return _any_tensorized(sch, sch.get_consumers(block))
+        return any_tensorized(sch, sch.get_consumers(block))
     except ScheduleError:
         return True
 

@@ -73,7 +73,7 @@ from ..cost_model.model import CostModel
 from ..database import Database
 from ..measure.noise import LATENCY_STATISTIC, HostConditions
 from ..report import format_markdown_table, format_table
-from ..space.design import SearchSpaceError
+from ..space.rule import SearchSpaceError
 from ..strategy.evolutionary import SearchConfig
 from .tuner import HostBusyWarning, TaskSearch, TuneError, TuneInputError, _pretrain, check_runs_here
 
