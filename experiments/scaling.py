@@ -58,21 +58,32 @@ def _standins(build_s: float, run_s: float):
     """A build task and a runner class that sleep instead of compiling and running."""
     import ray
 
-    from tensorsearch.search.measure.measurer import _Runner
+    from tensorsearch.search.measure.runner import Runner as MeasureRunner
 
     def build(func, target, niceness=None):
         time.sleep(build_s)
         return {"error": None, "binary": b"", "object": False, "sidecar": "{}", "seconds": build_s}
 
-    class Runner(_Runner):
+    class Runner(MeasureRunner):
         def load_and_check(
-            self, binary, is_object, sidecar, check, inputs, out_positions, expected, checker, timeout_s
+            self,
+            binary,
+            is_object,
+            sidecar,
+            check,
+            inputs,
+            out_positions,
+            expected,
+            checker,
+            timeout_s,
+            prepack=None,
+            cold=(),
         ):
             self.started = time.time()
             time.sleep(run_s / 5)
             return self._reply(error=None, first=run_s / 5)
 
-        def time(self, number, repeat, min_repeat_ms, flush_cache=False):
+        def time(self, number, repeat, min_repeat_ms, flush_cache=False, retake_below=None):
             time.sleep(run_s * 4 / 5)
             return self._reply(error=None, latencies=[run_s] * repeat)
 
@@ -107,26 +118,28 @@ def point(nodes: int, concurrent: int, args) -> dict:
     from ray.cluster_utils import Cluster
 
     from tensorsearch import workloads
-    from tensorsearch.search.measure import measurer as measure
+    from tensorsearch.search.measure import measurer, pool
+    from tensorsearch.search.measure.cluster import init_ray
+    from tensorsearch.search.measure.measurer import Measurer
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(nodes - 1):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     try:
-        measure.init_ray(cluster.address)
+        init_ray(cluster.address)
         remote_build, remote_runner = _standins(args.build_s, args.run_s)
-        measure._remote_build = lambda: remote_build
-        measure._remote_runner = lambda: remote_runner
+        measurer.remote_build = lambda: remote_build  # what Measurer builds with
+        pool.remote_runner = lambda: remote_runner  # what RunnerPool starts
         wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
         funcs = [wl.func] * args.batch
-        with measure.Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0) as m:
+        with Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0) as m:
             assert len(m.pool.slots) == nodes, f"{len(m.pool.slots)} runners on {nodes} nodes"
             t0 = time.perf_counter()
             cold = m.measure(funcs)
             cold_s = time.perf_counter() - t0
             more = [
-                measure.Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=m.pool)
+                Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=m.pool)
                 for _ in range(concurrent - 1)
             ]
             t0 = time.perf_counter()

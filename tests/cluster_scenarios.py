@@ -29,7 +29,9 @@ def main(work_dir: str) -> None:
     os.environ["RAY_ADDRESS"] = cluster.address
     from tensorsearch import hardware, workloads
     from tensorsearch.search import Database, SearchConfig
-    from tensorsearch.search.measure.measurer import Measurer, RunnerPool, init_ray
+    from tensorsearch.search.measure.cluster import init_ray
+    from tensorsearch.search.measure.measurer import Measurer
+    from tensorsearch.search.measure.pool import RunnerPool
     from tensorsearch.search.space.design import DesignSpace
     from tensorsearch.search.strategy.parallel import RayEvaluator
     from tensorsearch.search.tuning.scheduler import tune_model

@@ -86,7 +86,7 @@ class TableMeasurer:
 
 @pytest.fixture
 def table_measurer(monkeypatch):
-    monkeypatch.setattr("tensorsearch.search.measure.measurer.Measurer", TableMeasurer)
+    monkeypatch.setattr("tensorsearch.search.tuning.tuner.Measurer", TableMeasurer)  # what tune measures with
 
 
 def _tune(work_dir: Path, trials: int) -> Any:
@@ -132,9 +132,9 @@ def test_a_fixed_work_dir_replays_to_the_golden_best(tmp_path, table_measurer):
 def _write_expected() -> None:  # pragma: no cover - run by hand, once, to make the expected files
     import tempfile
 
-    import tensorsearch.search.measure.measurer as measure
+    import tensorsearch.search.tuning.tuner as tuner
 
-    measure.Measurer = TableMeasurer  # type: ignore[misc]
+    tuner.Measurer = TableMeasurer  # type: ignore[misc]
     with tempfile.TemporaryDirectory() as tmp:
         run = _tune(Path(tmp) / "run", TRIALS)
         shutil.rmtree(WORK_DIR, ignore_errors=True)

@@ -14,8 +14,10 @@ from cuda_util import gpu_missing, needs_nvcc
 from tensorsearch import hardware, te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
-from tensorsearch.search.measure.measurer import Measurer, MeasureResult, init_ray
+from tensorsearch.search.measure.cluster import init_ray
+from tensorsearch.search.measure.measurer import Measurer
 from tensorsearch.search.measure.noise import DISTURBED
+from tensorsearch.search.measure.results import MeasureResult
 from tensorsearch.transform import mark_layout_free
 
 HW = "host"  # the descriptor of this CPU: its code runs here
@@ -146,7 +148,7 @@ def test_ray_workers_run_at_the_drivers_niceness(f32):
 def test_a_worker_that_may_not_take_the_drivers_niceness_says_why(monkeypatch):
     import errno
 
-    from tensorsearch.search.measure import measurer as measure
+    from tensorsearch.search.measure import cluster as measure
 
     def refuse(which, who, value):
         raise PermissionError(errno.EACCES, "Permission denied")
@@ -211,7 +213,7 @@ def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
 
 
 def test_flush_cache_times_one_call_after_each_flush(f32):
-    from tensorsearch.search.measure.measurer import FLUSHED_REPEATS
+    from tensorsearch.search.measure.runner import FLUSHED_REPEATS
 
     with Measurer(None, HW, workload=F32, timeout_s=5.0, flush_cache=True, pool=f32.pool) as m:
         r = m.measure([tiled(F32.func)])[0]
@@ -249,19 +251,19 @@ def test_an_integer_rounded_from_floats_may_land_one_off_in_a_few_elements():
     """A quantize after float arithmetic rounds some value near a .5 the other way when a candidate
     sums in another order: 1 off in at most 0.1% of the elements passes, and only then; integer
     arithmetic stays exact."""
-    from tensorsearch.search.measure.measurer import _computes_in_float, _ToleranceCheck
+    from tensorsearch.search.measure.check import ToleranceCheck, computes_in_float
 
     want = np.random.default_rng(4).integers(-128, 128, size=4096).astype(np.int8)
     flip = want.copy()
     flip[[7, 900]] += 1
-    check = _ToleranceCheck(["q"], 1.0, float_math=True)
+    check = ToleranceCheck(["q"], 1.0, float_math=True)
     check([flip], [want])
     for wrong in (np.where(np.arange(4096) < 5, want + 1, want).astype(np.int8), want - 2 * (want == want[0])):
         with pytest.raises(AssertionError, match="output q"):
             check([wrong], [want])
     with pytest.raises(AssertionError, match="output q"):
-        _ToleranceCheck(["q"], 1.0)([flip], [want])
-    assert _computes_in_float(F32.func) and not _computes_in_float(I8.func)
+        ToleranceCheck(["q"], 1.0)([flip], [want])
+    assert computes_in_float(F32.func) and not computes_in_float(I8.func)
 
 
 def test_correct_int8_candidates(f32):

@@ -19,7 +19,7 @@ import tensorsearch as ts
 from tensorsearch import hardware, workloads
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.model import model_tasks
-from tensorsearch.search.tuning.scheduler import _Entry, _ModelRun, _TaskState, tune_model
+from tensorsearch.search.tuning.scheduler import ModelRun, TaskEntry, TaskState, tune_model
 
 HOST = hardware.load("host")
 SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=4)
@@ -27,7 +27,7 @@ SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    from tensorsearch.search.measure.measurer import init_ray
+    from tensorsearch.search.measure.cluster import init_ray
 
     init_ray()
     yield
@@ -54,15 +54,15 @@ def _two_task_model():
 # allocation, on hand-made histories
 
 
-def _state(index: int, weight: int, history: list[float]) -> _TaskState:
-    entry = _Entry(f"t{index}", func=None, weight=weight)  # type: ignore[arg-type]
-    state = _TaskState(index, entry, None, "tuned", log=None)  # type: ignore[arg-type]
+def _state(index: int, weight: int, history: list[float]) -> TaskState:
+    entry = TaskEntry(f"t{index}", func=None, weight=weight)  # type: ignore[arg-type]
+    state = TaskState(index, entry, None, "tuned", log=None)  # type: ignore[arg-type]
     state.alive, state.history = True, list(history)
     return state
 
 
-def _run(strategy: str, states: list[_TaskState]) -> _ModelRun:
-    run = _ModelRun.__new__(_ModelRun)
+def _run(strategy: str, states: list[TaskState]) -> ModelRun:
+    run = ModelRun.__new__(ModelRun)
     run.strategy, run.tasks, run.rounds, run.alpha, run.window = strategy, states, [], 0.2, 3
     run.in_flight = {}
     run.entries = [s.entry for s in states]

@@ -21,7 +21,8 @@ from tensorsearch.schedule import Schedule
 from tensorsearch.search.cost_model.features import extract_features
 from tensorsearch.search.cost_model.model import CostModel, transfer_data
 from tensorsearch.search.database import Database, DatabaseError, TuningRecord, hardware_key
-from tensorsearch.search.tuning.tuner import TuneError, tune
+from tensorsearch.search.tuning.errors import TuneError
+from tensorsearch.search.tuning.tuner import tune
 
 ZNVER4_HW = hardware.load("x86-znver4")
 HKEY = hardware_key(ZNVER4_HW)

@@ -27,7 +27,7 @@ from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.strategy.parallel import LocalEvaluator
-from tensorsearch.search.tuning.tuner import _build, finalist_count
+from tensorsearch.search.tuning.tuner import build_trace, finalist_count
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    from tensorsearch.search.measure.measurer import init_ray
+    from tensorsearch.search.measure.cluster import init_ray
 
     init_ray()
     yield
@@ -196,7 +196,7 @@ def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed
     func = mark_layout_free(te.create_prim_func([x, w, z]), [1])
     result = ts.tune(func, HOST, trials=2, work_dir=tmp_path, config=SMALL, workers=0)
     assert (result.program.split is None) == (result.program.main is result.module)
-    module, program = _build(func, HOST, Trace())  # unscheduled: P at the root
+    module, program = build_trace(func, HOST, Trace())  # unscheduled: P at the root
     assert program.split is not None and program.main is not module
     assert "P" in stages(module.func) and "P" not in stages(program.main.func)
     rng = np.random.default_rng()

@@ -88,13 +88,13 @@ def _collect_rvs(value: Any, out: list[RV]) -> None:
             _collect_rvs(v, out)
 
 
-def _map_rvs(value: Any, fn: Callable[[RV], Any]) -> Any:
+def map_rvs(value: Any, fn: Callable[[RV], Any]) -> Any:
     if isinstance(value, RV):
         return fn(value)
     if isinstance(value, list):
-        return [_map_rvs(v, fn) for v in value]
+        return [map_rvs(v, fn) for v in value]
     if isinstance(value, tuple):
-        return tuple(_map_rvs(v, fn) for v in value)
+        return tuple(map_rvs(v, fn) for v in value)
     return value
 
 
@@ -277,14 +277,14 @@ class Trace:
         for inst in self.insts:
             if remove_postproc and inst.kind.name == "enter_postproc":
                 break
-            kwargs = {name: _map_rvs(value, lookup) for name, value in inst.args}
+            kwargs = {name: map_rvs(value, lookup) for name, value in inst.args}
             if inst.kind.sampling:
                 decision = inst.decision
                 if decision_provider is not None:
                     decision = decision_provider(inst, decision)
                 kwargs["decision"] = decision
             out = getattr(sch, inst.kind.name)(**kwargs)
-            new_outputs = _flatten_outputs(out)
+            new_outputs = flatten_outputs(out)
             if len(new_outputs) != len(inst.outputs):
                 raise ValueError(
                     f"replaying {inst.kind.name} gave {len(new_outputs)} random variables where the trace has {len(inst.outputs)}"
@@ -355,7 +355,7 @@ def _returns_list(inst: Instruction) -> bool:
 LIST_RESULT_KINDS = {"get_loops", "get_child_blocks", "get_producers", "get_consumers", "split", "sample_perfect_tile"}
 
 
-def _flatten_outputs(out: Any) -> list[RV]:
+def flatten_outputs(out: Any) -> list[RV]:
     if out is None:
         return []
     if isinstance(out, RV):

@@ -303,7 +303,7 @@ def _slug(text: str) -> str:
 def run_experiment(exp: Experiment, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run (or resume) every cell of ``exp``; returns the result rows (``RESULT_COLUMNS``) and
     writes the tables after each cell."""
-    from .measure.measurer import init_ray
+    from .measure.cluster import init_ray
 
     say = progress or (lambda text: None)
     exp.output.mkdir(parents=True, exist_ok=True)

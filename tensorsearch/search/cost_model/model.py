@@ -62,7 +62,7 @@ from threadpoolctl import threadpool_limits
 from ...ir import PrimFunc
 from ...target import Hardware
 from ..database import Database, hardware_key
-from .features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector
+from .features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector, extract_features
 
 __all__ = ["CostModel", "transfer_data"]
 
@@ -281,7 +281,6 @@ def _spread_pick(records: list[Any], count: int) -> list[Any]:
 def _record_features(func: PrimFunc, trace_json: str, hardware: Hardware) -> np.ndarray | None:
     """Features of a record's program: its whole trace replayed on its workload (None if it fails)."""
     from ...schedule import Schedule, Trace
-    from .features import extract_features
 
     try:
         sch = Schedule(func, check=False, error_detail="none", hardware=hardware)

@@ -62,7 +62,7 @@ from typing import Any
 from ...ir import IntImm, PrimFunc, Var
 from ...ir.functor import free_vars, substitute
 from ...schedule import Schedule, ScheduleError, Trace
-from ...schedule.trace import _flatten_outputs, _map_rvs
+from ...schedule.trace import flatten_outputs, map_rvs
 from ...target import Hardware
 from .rule import PARALLEL, TILING_STRUCTURE, UNROLL, any_tensorized, is_reduction, iter_kinds
 
@@ -475,10 +475,10 @@ def heuristic_trace(
         for inst in trace.insts:
             if inst.kind.name == "enter_postproc":
                 break
-            kwargs = {k: _map_rvs(v, lambda rv: mapping[id(rv)]) for k, v in inst.args}
+            kwargs = {k: map_rvs(v, lambda rv: mapping[id(rv)]) for k, v in inst.args}
             if inst.kind.sampling:
                 kwargs["decision"] = decider.decide(sch, inst, kwargs, blocks)
-            outputs = _flatten_outputs(getattr(sch, inst.kind.name)(**kwargs))
+            outputs = flatten_outputs(getattr(sch, inst.kind.name)(**kwargs))
             for old, new in zip(inst.outputs, outputs, strict=True):
                 mapping[id(old)] = new
                 if type(new).__name__ == "BlockRV":

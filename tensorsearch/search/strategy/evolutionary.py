@@ -44,6 +44,7 @@ import numpy as np
 
 from ..mutator import Mutator, default_mutators, gpu_mutators
 from ..space.design import Candidate, DesignSpace
+from ..space.heuristics import heuristic_traces
 from .parallel import fewer_collections
 
 
@@ -180,8 +181,6 @@ class EvolutionarySearch:
         """Up to ``n`` analytic decision sets of one design-space trace, alternating the sampled
         compute locations inline (a padding stage read through its ``Select``) and at the root
         (padded once before the kernel): which is faster depends on the operator (docs/search.md)."""
-        from ..space.heuristics import heuristic_traces
-
         hw, func = self.space.hardware, self.space.func
         inline = heuristic_traces(trace, func, hw, n, seed)
         if not any(inst.kind.name == "sample_compute_location" for inst in trace.insts):

@@ -103,7 +103,7 @@ class _Worker:
     """A search actor: the design space of one task, making and featurizing its candidates."""
 
     def __init__(self, func: PrimFunc, hardware: Hardware, traces_json: list[str], niceness: int | None = None) -> None:
-        from ..measure.measurer import take_niceness
+        from ..measure.cluster import take_niceness
 
         take_niceness(niceness)  # the driver's; where it may not, the node's runner warns
         self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
@@ -137,7 +137,7 @@ def _spread(workers: int | None) -> list[str]:
     strategy is best effort: for actors that hold no CPU it put two of three on one node."""
     import ray
 
-    from ..measure.measurer import work_nodes
+    from ..measure.cluster import work_nodes
 
     nodes, _ = work_nodes(ray.nodes())
     cpus = {n["NodeID"]: int(n["Resources"]["CPU"]) for n in nodes}

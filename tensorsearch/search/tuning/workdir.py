@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .tuner import TuneError
+from .errors import TuneError
 
 __all__ = ["LOCK_NAME", "WorkDirBusy", "hold_work_dir"]
 
