@@ -58,11 +58,12 @@ def _standins(build_s: float, run_s: float):
     """A build task and a runner class that sleep instead of compiling and running."""
     import ray
 
+    from tensorsearch.search.measure.results import BuildResult
     from tensorsearch.search.measure.runner import Runner as MeasureRunner
 
     def build(func, target, niceness=None):
         time.sleep(build_s)
-        return {"error": None, "binary": b"", "object": False, "sidecar": "{}", "seconds": build_s}
+        return BuildResult(None, build_s, sidecar="{}")
 
     class Runner(MeasureRunner):
         def load_and_check(

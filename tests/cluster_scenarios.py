@@ -101,7 +101,7 @@ def main(work_dir: str) -> None:
             "nodes": [r.node for r in results],
             "runners": sorted(s.node_id for s in pool.slots),
             "events": [e["kind"] for e in pool.events],
-            "build_nodes": sorted({b["node"] for b in m._build_all([slow.func] * 6)}),
+            "build_nodes": sorted({b.node for b in m._build_all([slow.func] * 6)}),
             "search_actor_nodes": sorted(set(searchers.nodes())),
         }
         searchers.close()

@@ -15,9 +15,10 @@ from ...ir.stmt import PrimFunc
 from ...target import Hardware
 from ...transform import ConstantSplit, layout_free_params, split_constant_stages
 from .cluster import short_error, take_niceness
+from .results import BuildResult, Prepack
 
 
-def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> dict[str, Any]:
+def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> BuildResult:
     """Lower, compile and link ``func``; return the library's bytes and sidecar, or the error.
 
     Code for another architecture than this node's (an aarch64 descriptor's, built on an x86
@@ -36,19 +37,14 @@ def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> dic
         prepack = None
         if split is not None:
             pre_binary, pre_sidecar = _library(split.prepack, target, foreign)
-            prepack = {
-                "binary": pre_binary,
-                "sidecar": pre_sidecar,
-                "inputs": split.prepack_inputs,
-                "params": split.main_params,
-            }
+            prepack = Prepack(pre_binary, pre_sidecar, split.prepack_inputs, split.main_params)
     except Exception as e:
-        return {"error": "build: " + short_error(e), "seconds": time.perf_counter() - t0}
+        return BuildResult("build: " + short_error(e), time.perf_counter() - t0)
     import ray
 
     node = ray.get_runtime_context().get_node_id()  # a Ray task's: builds run nowhere else
-    built = {"error": None, "binary": binary, "object": foreign, "sidecar": sidecar, "node": node}
-    return {**built, "prepack": prepack, "cold": _cold_positions(split, constants), "seconds": time.perf_counter() - t0}
+    cold = _cold_positions(split, constants)
+    return BuildResult(None, time.perf_counter() - t0, binary, foreign, sidecar, node, prepack, cold)
 
 
 def _library(func: PrimFunc, target: Hardware, foreign: bool) -> tuple[bytes, str]:

@@ -103,7 +103,7 @@ from .builder import remote_build
 from .check import make_reference
 from .cluster import init_ray, ray_error_line, short_error, work_nodes
 from .pool import RunnerPool, Slot, node_died
-from .results import MeasureResult
+from .results import BuildResult, MeasureResult
 from .runner import EMULATION_SLOWDOWN, FLUSHED_REPEATS
 
 SHARED_POLL_S = 0.5  # a batch waiting for a runner held by others' batches looks again at least this often
@@ -182,21 +182,21 @@ class Measurer:
         self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
         self._own_pool = pool is None
         self.pool = pool if pool is not None else RunnerPool(self.hardware, seed, allow_other_cpu)
-        self._kept: dict[str, tuple[float, dict[str, Any]]] = {}  # candidate key -> (latency, build)
+        self._kept: dict[str, tuple[float, BuildResult]] = {}  # candidate key -> (latency, build)
 
     @property
     def _slots(self) -> list[Slot]:
         return self.pool.slots
 
     # measuring ---------------------------------------------------------------------------
-    def _build_all(self, funcs: Sequence[PrimFunc]) -> list[dict[str, Any]]:
+    def _build_all(self, funcs: Sequence[PrimFunc]) -> list[BuildResult]:
         """Build every candidate in Ray tasks, at most one per cluster CPU in flight."""
         import ray
 
         nodes, placement = work_nodes(ray.nodes())
         slots = max(1, int(sum(n["Resources"]["CPU"] for n in nodes)))
         task = remote_build().options(**placement)
-        results: list[dict[str, Any] | None] = [None] * len(funcs)
+        results: list[BuildResult | None] = [None] * len(funcs)
         queue = deque(range(len(funcs)))
         running: dict[Any, tuple[int, float]] = {}  # ref -> (index, deadline)
         while queue or running:
@@ -216,14 +216,14 @@ class Measurer:
                 try:
                     results[i] = ray.get(ref)
                 except Exception as e:  # the build worker died (e.g. a crash inside LLVM)
-                    results[i] = {"error": "build: " + short_error(ray_error_line(e)), "seconds": 0.0}
+                    results[i] = BuildResult("build: " + short_error(ray_error_line(e)), 0.0)
             now = time.monotonic()
             for ref, (i, deadline) in list(running.items()):
                 if now >= deadline:
                     ray.cancel(ref, force=True)
                     del running[ref]
                     limit = f"{self.build_timeout_s:g}"
-                    results[i] = {"error": f"build timed out after {limit} s", "seconds": self.build_timeout_s}
+                    results[i] = BuildResult(f"build timed out after {limit} s", self.build_timeout_s)
         return [r for r in results if r is not None]
 
     def measure(
@@ -243,7 +243,7 @@ class Measurer:
         self._keep_fastest(keys, builds, results)
         return results
 
-    def _keep_fastest(self, keys: list[str], builds: list[dict[str, Any]], results: list[MeasureResult]) -> None:
+    def _keep_fastest(self, keys: list[str], builds: list[BuildResult], results: list[MeasureResult]) -> None:
         """Keep the builds of the ``KEPT_BUILDS`` fastest candidates measured so far."""
         for key, build, result in zip(keys, builds, results, strict=True):
             if result.ok and not result.emulated:
@@ -271,7 +271,7 @@ class Measurer:
 
     def _run(
         self,
-        builds: list[dict[str, Any]],
+        builds: list[BuildResult],
         keys: list[str],
         on_result: Callable[[int, MeasureResult], None] | None = None,
         slow_after: float | None = None,
@@ -283,8 +283,8 @@ class Measurer:
         ``on_result`` so far stand)."""
         out: list[MeasureResult | None] = [None] * len(builds)
         for i, b in enumerate(builds):
-            if b["error"] is not None:
-                out[i] = MeasureResult((), b["error"], b["seconds"])
+            if b.error is not None:
+                out[i] = MeasureResult((), b.error, b.seconds)
                 if on_result is not None:
                     on_result(i, out[i])
         run = _Batch(self, builds, keys, out, on_result, slow_after)
@@ -342,7 +342,7 @@ class _Batch:
     def __init__(
         self,
         m: Measurer,
-        builds: list[dict[str, Any]],
+        builds: list[BuildResult],
         keys: list[str],
         out: list[MeasureResult | None],
         on_result: Callable[[int, MeasureResult], None] | None,
@@ -361,7 +361,7 @@ class _Batch:
         check = m.check and self.keys[i] not in m._checked
         budget = m.timeout_s * (EMULATION_SLOWDOWN if slot.emulated else 1)
         ref = slot.actor.load_and_check.remote(
-            b["binary"], b["object"], b["sidecar"], check, *m._task_args, budget, b.get("prepack"), b.get("cold", ())
+            b.binary, b.is_object, b.sidecar, check, *m._task_args, budget, b.prepack, b.cold
         )
         slot.job = (i, "check", ref, time.monotonic() + budget + (5.0 if slot.emulated else 0.0), budget)
 
@@ -371,7 +371,7 @@ class _Batch:
         error = error if error is not None else (reply or {}).get("error")
         emulated = bool(reply and reply.get("emulated"))
         result = MeasureResult(
-            tuple(float(x) for x in latencies), error, self.builds[i]["seconds"], slot.node_id, start, end, emulated,
+            tuple(float(x) for x in latencies), error, self.builds[i].seconds, slot.node_id, start, end, emulated,
             measured_on=None if emulated else slot.identity, disturbance=(reply or {}).get("disturbance"),
         )  # fmt: skip
         self.out[i] = result

@@ -11,6 +11,34 @@ from ...target import CpuIdentity
 from .noise import latency_of
 
 
+@dataclass(frozen=True)
+class Prepack:
+    """A candidate's stages that read only constants (a model's weights), built apart: the runner runs
+    them once before the check, untimed. ``inputs``: the original parameters they read; ``params``:
+    for each parameter of the timed part, an original parameter's index or a packed buffer
+    (:class:`~tensorsearch.transform.ConstantSplit`)."""
+
+    binary: bytes
+    sidecar: str
+    inputs: tuple[int, ...]
+    params: tuple[int | tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A candidate built: its library's (or, cross-compiled, its object file's) bytes and JSON
+    sidecar, the node that built it and the seconds it took; or the error (``"build: ..."``)."""
+
+    error: str | None
+    seconds: float
+    binary: bytes = b""
+    is_object: bool = False  # an object file for another architecture: the runner links it
+    sidecar: str = ""
+    node: str | None = None
+    prepack: Prepack | None = None
+    cold: tuple[int, ...] = ()  # parameters of the timed part that hold constants: timed out of cache
+
+
 class MeasureStopped(RuntimeError):
     """The run stopped (:meth:`RunnerPool.stop`) while a batch was built or timed; the results
     given to ``on_result`` so far stand."""

@@ -20,6 +20,7 @@ import numpy as np
 from ...ir.dtype import numpy_dtype, parse_dtype
 from .cluster import EMULATES_LABEL, HARDWARE_LABEL, label_list, short_error, take_niceness
 from .noise import DISTURBED, ReferenceClock
+from .results import Prepack
 
 EMULATION_SLOWDOWN = 50  # an emulated candidate's check may take this many times the native timeout
 FLUSHED_REPEATS = 10  # with flush_cache each repeat is one call: at least this many of them
@@ -82,7 +83,7 @@ class Runner:
         expected: list[np.ndarray],
         checker: Any,
         timeout_s: float = 600.0,
-        prepack: dict[str, Any] | None = None,
+        prepack: Prepack | None = None,
         cold: Sequence[int] = (),
     ) -> dict[str, Any]:
         """Load the library and run it once on the task's inputs; compare the outputs when ``check``.
@@ -131,7 +132,7 @@ class Runner:
         self.mod, self.args = mod, call_args
         return self._reply(error=None, first=first)
 
-    def _prepacked(self, args: list[np.ndarray], prepack: dict[str, Any]) -> list[np.ndarray]:
+    def _prepacked(self, args: list[np.ndarray], prepack: Prepack) -> list[np.ndarray]:
         """The main function's arguments: ``args`` (the task's, in its parameter order) with the
         weights the prepack library packs (run here once) in place of the ones it reads."""
         from ...runtime import aligned_zeros
@@ -140,20 +141,20 @@ class Runner:
         path = os.path.join(self.dir, f"candidate{self.count}_prepack.so")
         try:
             with open(path, "wb") as f:
-                f.write(prepack["binary"])
+                f.write(prepack.binary)
             with open(path + ".json", "w") as f:
-                f.write(prepack["sidecar"])
+                f.write(prepack.sidecar)
             pre = load_module(path)
         finally:
             for p in (path, path + ".json"):
                 with contextlib.suppress(OSError):
                     os.remove(p)
-        inputs = [args[i] for i in prepack["inputs"]]
+        inputs = [args[i] for i in prepack.inputs]
         packed = [
             aligned_zeros(p.shape, np.dtype(numpy_dtype(parse_dtype(p.dtype)))) for p in pre.params[len(inputs) :]
         ]
         pre(*inputs, *packed)
-        return [args[p] if isinstance(p, int) else packed[p[1]] for p in prepack["params"]]
+        return [args[p] if isinstance(p, int) else packed[p[1]] for p in prepack.params]
 
     def _emulate(self, binary: bytes, symbol: str, check: bool, timeout_s: float) -> dict[str, Any]:
         """Run an aarch64 object once under qemu-aarch64 (linked into a static harness) and check
