@@ -74,7 +74,7 @@ def _pick_mutator(mutators, rng: random.Random):
 
 def _run(space, jobs: list[tuple]) -> tuple[float, list[str]]:
     """Seconds to run ``jobs`` in this process and the keys of what they made ("-" when invalid)."""
-    from tensorsearch.search.parallel import run_job
+    from tensorsearch.search.strategy.parallel import run_job
 
     t0 = time.perf_counter()
     cands = [run_job(space, j) for j in jobs]
@@ -84,7 +84,7 @@ def _run(space, jobs: list[tuple]) -> tuple[float, list[str]]:
 def _mutated(space, n: int, seed: int) -> tuple[float, list[str]]:
     """Seconds to make and replay ``n`` mutants of a fresh population, and the mutants' keys."""
     from tensorsearch.search.mutator import default_mutators
-    from tensorsearch.search.parallel import run_job
+    from tensorsearch.search.strategy.parallel import run_job
 
     parents = [c for c in (run_job(space, j) for j in _jobs_fresh(space, 8, seed + 1)) if c is not None]
     if not parents:
@@ -107,7 +107,7 @@ def _round_context():
     (``EvolutionarySearch.next_batch``) runs with fewer garbage collections where the measured
     tree has ``tensorsearch.search.parallel.fewer_collections``; in an older tree, nothing."""
     try:
-        from tensorsearch.search.parallel import fewer_collections
+        from tensorsearch.search.strategy.parallel import fewer_collections
     except ImportError:
         return contextlib.nullcontext()
     return fewer_collections()
@@ -116,7 +116,7 @@ def _round_context():
 def measure(n: int, seed: int) -> list[dict]:
     """Rates of every workload and mode in this process (whichever tensorsearch it imports)."""
     from tensorsearch import hardware, workloads
-    from tensorsearch.search.space import DesignSpace
+    from tensorsearch.search.space.design import DesignSpace
 
     hw = hardware.load(HARDWARE)
     rows = []

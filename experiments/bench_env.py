@@ -38,9 +38,9 @@ def reexec_without_openblas_overrides() -> None:
 
 @cache
 def reference_clock(threads: int):
-    """The tuner's reference kernel (``tensorsearch.search.noise.ReferenceClock``) on ``threads``
+    """The tuner's reference kernel (``tensorsearch.search.measure.noise.ReferenceClock``) on ``threads``
     threads: timed before and after a benchmark's round, it tells a round the host disturbed."""
-    from tensorsearch.search.noise import ReferenceClock
+    from tensorsearch.search.measure.noise import ReferenceClock
     from tensorsearch.target.hardware import host_identity
 
     clock = ReferenceClock(host_identity().cpu, threads)

@@ -54,7 +54,7 @@ def _quiet_retime(wl, work_dir: Path, rounds: int) -> tuple[float, float]:
     import tensorsearch as ts
     from tensorsearch.schedule import Schedule, Trace
     from tensorsearch.search.database import Database, hardware_key, workload_key
-    from tensorsearch.search.measure import Measurer
+    from tensorsearch.search.measure.measurer import Measurer
 
     hw = ts.target.resolve("host")
     db = Database(work_dir)

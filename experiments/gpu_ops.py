@@ -59,7 +59,7 @@ _WORKER: dict = {}
 def _start_worker(op: str, args: tuple, hw_name: str) -> None:
     """A build process: the workload and its design space, made once."""
     warnings.simplefilter("ignore")
-    from tensorsearch.search.space import DesignSpace
+    from tensorsearch.search.space.design import DesignSpace
 
     hw = ts.hardware.load(hw_name)
     func = ts.workloads.make(op, args, "float16").func

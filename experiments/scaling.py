@@ -5,7 +5,7 @@
     python experiments/scaling.py --nodes 8 --search-s 3 --concurrent 1,2,4   # tune_model's concurrent_tasks
 
 Each point is a fresh ``ray.cluster_utils.Cluster`` of N one-CPU nodes on this machine. The
-measuring pipeline is ours (:class:`~tensorsearch.search.measure.Measurer`: builds as Ray tasks,
+measuring pipeline is ours (:class:`~tensorsearch.search.measure.measurer.Measurer`: builds as Ray tasks,
 at most one per cluster CPU in flight; one runner per node, one candidate at a time, checked and
 then timed; the runner pool refreshed per batch), but a build is a Ray task that sleeps
 ``--build-s`` and a runner's check and timing sleep ``--run-s`` together, so the simulated nodes
@@ -58,21 +58,33 @@ def _standins(build_s: float, run_s: float):
     """A build task and a runner class that sleep instead of compiling and running."""
     import ray
 
-    from tensorsearch.search.measure import _Runner
+    from tensorsearch.search.measure.results import BuildResult
+    from tensorsearch.search.measure.runner import Runner as MeasureRunner
 
     def build(func, target, niceness=None):
         time.sleep(build_s)
-        return {"error": None, "binary": b"", "object": False, "sidecar": "{}", "seconds": build_s}
+        return BuildResult(None, build_s, sidecar="{}")
 
-    class Runner(_Runner):
+    class Runner(MeasureRunner):
         def load_and_check(
-            self, binary, is_object, sidecar, check, inputs, out_positions, expected, checker, timeout_s
+            self,
+            binary,
+            is_object,
+            sidecar,
+            check,
+            inputs,
+            out_positions,
+            expected,
+            checker,
+            timeout_s,
+            prepack=None,
+            cold=(),
         ):
             self.started = time.time()
             time.sleep(run_s / 5)
             return self._reply(error=None, first=run_s / 5)
 
-        def time(self, number, repeat, min_repeat_ms, flush_cache=False):
+        def time(self, number, repeat, min_repeat_ms, flush_cache=False, retake_below=None):
             time.sleep(run_s * 4 / 5)
             return self._reply(error=None, latencies=[run_s] * repeat)
 
@@ -107,26 +119,28 @@ def point(nodes: int, concurrent: int, args) -> dict:
     from ray.cluster_utils import Cluster
 
     from tensorsearch import workloads
-    from tensorsearch.search import measure
+    from tensorsearch.search.measure import measurer, pool
+    from tensorsearch.search.measure.cluster import init_ray
+    from tensorsearch.search.measure.measurer import Measurer
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(nodes - 1):
         cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
     try:
-        measure.init_ray(cluster.address)
+        init_ray(cluster.address)
         remote_build, remote_runner = _standins(args.build_s, args.run_s)
-        measure._remote_build = lambda: remote_build
-        measure._remote_runner = lambda: remote_runner
+        measurer.remote_build = lambda: remote_build  # what Measurer builds with
+        pool.remote_runner = lambda: remote_runner  # what RunnerPool starts
         wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
         funcs = [wl.func] * args.batch
-        with measure.Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0) as m:
+        with Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0) as m:
             assert len(m.pool.slots) == nodes, f"{len(m.pool.slots)} runners on {nodes} nodes"
             t0 = time.perf_counter()
             cold = m.measure(funcs)
             cold_s = time.perf_counter() - t0
             more = [
-                measure.Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=m.pool)
+                Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=m.pool)
                 for _ in range(concurrent - 1)
             ]
             t0 = time.perf_counter()

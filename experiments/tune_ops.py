@@ -35,7 +35,7 @@ timed call (docs/search.md, the plain-layout rule). The ``weights`` column says 
 
 Every timed sample of our module (three repeats) is paired with a reference sample taken just
 before it; a ratio is the median over the pairs. The tuner's reference kernel
-(``tensorsearch.search.noise``) is timed before and after each round: a round it says the host
+(``tensorsearch.search.measure.noise``) is timed before and after each round: a round it says the host
 disturbed (over 1.25x its quiet time) is taken again, up to ``--retakes`` times, and the least
 disturbed attempt counts; ``host at re-timing`` gives the median disturbance and the rounds still
 disturbed, and says "busy host: re-run" when most were. Against numpy a sample of ours is its repeats'
@@ -83,7 +83,7 @@ from unittest import mock  # noqa: E402
 import numpy as np  # noqa: E402
 import outputs  # noqa: E402
 
-from tensorsearch.search.noise import DISTURBED  # noqa: E402
+from tensorsearch.search.measure.noise import DISTURBED  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 OPS = ("C1D", "C2D", "C3D", "DEP", "DIL", "GMM", "GRP", "T2D", "GMM:3")

@@ -52,7 +52,7 @@ pipe (JSON lines) and never imports ``tvm``; ``tensorsearch`` never does either.
    main part on the weights packed once, ahead). A sample is ``--repeats`` repeats, each of as
    many back-to-back calls as fill ``--min-seconds``, and counts its fastest repeat: on a CPU
    other work only ever adds time, so the fastest repeat is the one least disturbed (the tuner's
-   statistic, ``tensorsearch.search.noise.LATENCY_STATISTIC``). Short repeats let a kernel beside
+   statistic, ``tensorsearch.search.measure.noise.LATENCY_STATISTIC``). Short repeats let a kernel beside
    a busy neighbour be caught in the moments the neighbour is off the cores. A latency is the
    fastest over rounds, and the speed ratio ``ours/TVM`` is TVM's latency over ours (above 1,
    ours is faster). The two processes never run at once, and each
@@ -219,7 +219,7 @@ def compare_one(
     from tensorsearch import workloads
     from tensorsearch.search import tune
     from tensorsearch.search.report import ProgressBar
-    from tensorsearch.search.tuner import FINALISTS
+    from tensorsearch.search.tuning.tuner import FINALISTS
     from tensorsearch.transform import mark_layout_free
 
     wl = workloads.get(name, index, dtype)
@@ -326,7 +326,7 @@ def check_and_time(wl, program, whole, worker: TvmWorker, args, work: Path, row:
     TaskProgram); ``whole``: our whole function, given (and timed too) when the weights are packed
     ahead."""
     from tensorsearch.runtime import aligned_copy
-    from tensorsearch.search.noise import DISTURBED
+    from tensorsearch.search.measure.noise import DISTURBED
 
     packed = whole is not None
     inputs = [aligned_copy(a) for a in wl.make_inputs(np.random.default_rng(args.seed))]  # as TVM's NDArrays

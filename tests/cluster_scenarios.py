@@ -29,10 +29,12 @@ def main(work_dir: str) -> None:
     os.environ["RAY_ADDRESS"] = cluster.address
     from tensorsearch import hardware, workloads
     from tensorsearch.search import Database, SearchConfig
-    from tensorsearch.search.measure import Measurer, RunnerPool, init_ray
-    from tensorsearch.search.parallel import RayEvaluator
-    from tensorsearch.search.scheduler import tune_model
-    from tensorsearch.search.space import DesignSpace
+    from tensorsearch.search.measure.cluster import init_ray
+    from tensorsearch.search.measure.measurer import Measurer
+    from tensorsearch.search.measure.pool import RunnerPool
+    from tensorsearch.search.space.design import DesignSpace
+    from tensorsearch.search.strategy.parallel import RayEvaluator
+    from tensorsearch.search.tuning.scheduler import tune_model
 
     init_ray()  # RAY_ADDRESS: the cluster above
     out: dict = {"nodes": sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])}
@@ -99,7 +101,7 @@ def main(work_dir: str) -> None:
             "nodes": [r.node for r in results],
             "runners": sorted(s.node_id for s in pool.slots),
             "events": [e["kind"] for e in pool.events],
-            "build_nodes": sorted({b["node"] for b in m._build_all([slow.func] * 6)}),
+            "build_nodes": sorted({b.node for b in m._build_all([slow.func] * 6)}),
             "search_actor_nodes": sorted(set(searchers.nodes())),
         }
         searchers.close()
@@ -118,8 +120,8 @@ def emulation(labelled: str, work_dir: str) -> dict:
 
     from tensorsearch.runtime.cross import aarch64_tools_available
     from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, tune
-    from tensorsearch.search.measure import Measurer
-    from tensorsearch.search.scheduler import tune_model
+    from tensorsearch.search.measure.measurer import Measurer
+    from tensorsearch.search.tuning.scheduler import tune_model
 
     reason = aarch64_tools_available()
     if reason is not None:
@@ -150,7 +152,7 @@ DRIVER = """
 import sys
 from tensorsearch import workloads
 from tensorsearch.search import SearchConfig
-from tensorsearch.search.scheduler import tune_model
+from tensorsearch.search.tuning.scheduler import tune_model
 cfg = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=0, num_trials_per_iter=4)
 wls = [workloads.make("GMM", (1, 32, 32, 32), "float32"), workloads.make("GMM", (1, 16, 32, 32), "float32")]
 tune_model(wls, "host", 80, sys.argv[1], seed=5, config=cfg)
@@ -167,7 +169,7 @@ def killed_driver(address: str, work_dir: str) -> dict:
 
     from tensorsearch import hardware, workloads
     from tensorsearch.search import Database, SearchConfig, hardware_key, workload_key
-    from tensorsearch.search.scheduler import tune_model
+    from tensorsearch.search.tuning.scheduler import tune_model
 
     records_file = Path(work_dir) / "database" / "tuning_records.jsonl"
     env = {**os.environ, "RAY_ADDRESS": address}

@@ -16,7 +16,7 @@ import tensorsearch
 import tensorsearch.search
 from tensorsearch.cli import main
 from tensorsearch.schedule import Schedule, Trace
-from tensorsearch.search.noise import HostConditions
+from tensorsearch.search.measure.noise import HostConditions
 from tensorsearch.workloads import get
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -15,7 +15,7 @@ from seeds import draw_seed, seeded_rng
 
 import tensorsearch as ts
 from tensorsearch import hardware, workloads
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.space.design import DesignSpace
 
 VNNI_HW = hardware.load("x86-emeraldrapids")
 VNNI_HERE = hardware.load("host").has_feature("+avx512vnni")

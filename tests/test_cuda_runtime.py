@@ -157,7 +157,7 @@ def test_tensor_core_gemm_runs_and_matches_numpy():
 def test_design_space_candidates_run_and_match_numpy():
     import random
 
-    from tensorsearch.search.space import DesignSpace
+    from tensorsearch.search.space.design import DesignSpace
 
     hw, n = gpu_descriptor(), 256
     space = DesignSpace(ts.workloads.make("GMM", (1, n, n, n), "float16").func, hw)
@@ -195,7 +195,7 @@ def test_a_kernel_needing_more_registers_than_its_block_may_have_is_a_build_erro
 def test_conv_design_space_candidates_run_and_match_numpy():
     import random
 
-    from tensorsearch.search.space import DesignSpace
+    from tensorsearch.search.space.design import DesignSpace
 
     hw = gpu_descriptor()
     wl = ts.workloads.make("C2D", (1, 56, 56, 64, 64, 3, 1, 1), "float16")  # ResNet-50's 3x3, 64 channels

@@ -19,8 +19,8 @@ from tensorsearch.codegen import cuda as cg
 from tensorsearch.interpreter import interpret
 from tensorsearch.ir import Allocate, For, post_order_visit
 from tensorsearch.schedule import LoopKindError, Schedule, TensorizeError
-from tensorsearch.search.gpu import gpu_limits_error
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.postproc.gpu import gpu_limits_error
+from tensorsearch.search.space.design import DesignSpace
 
 pytestmark = pytest.mark.filterwarnings("ignore::tensorsearch.target.IntrinsicNotVerified")
 
@@ -253,7 +253,7 @@ def _conv(shape=(1, 16, 16, 32, 32, 3, 1, 1)):
 
 @pytest.mark.slow
 def test_as_gemm_makes_a_convolution_a_gemm_over_reindexed_buffers():
-    from tensorsearch.search.gpu import as_gemm
+    from tensorsearch.search.space.gpu import as_gemm
 
     sch = Schedule(_conv().func, hardware=SM86)
     block = sch.get_block("conv2d_nhwc")
@@ -310,8 +310,8 @@ def test_resnet_conv_samples_build_with_mma(hw):
 
 @pytest.mark.slow
 def test_the_gpu_search_mutates_the_tile_and_thread_choices():
-    from tensorsearch.search.evolutionary import SearchConfig
     from tensorsearch.search.mutator import MutateSplitChoice
+    from tensorsearch.search.strategy.evolutionary import SearchConfig
 
     space = DesignSpace(gemm_func(1024), SM90)
     cand = next(c for c in (space.sample(random.Random(s)) for s in range(20)) if c is not None)

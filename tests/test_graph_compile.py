@@ -15,7 +15,7 @@ from tensorsearch import hardware, te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.search.database import Database, TuningRecord, hardware_key
 from tensorsearch.search.model import model_tasks
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.space.design import DesignSpace
 from tensorsearch.transform import layout_free_params, split_constant_stages
 
 HOST = hardware.load("host")

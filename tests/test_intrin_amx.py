@@ -31,7 +31,7 @@ from tensorsearch.runtime.verify import _offering, _program, intrinsics_called, 
 from tensorsearch.schedule import Schedule, TensorizeError
 from tensorsearch.schedule.units import register_blocking, tile_config
 from tensorsearch.script import parse
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.space.design import DesignSpace
 
 SPR = hardware.load("x86-sapphirerapids")
 AMX = load_intrinsic("x86-amx")

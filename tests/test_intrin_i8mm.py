@@ -17,7 +17,7 @@ from tensorsearch.intrin import match, tile_with_intrin
 from tensorsearch.runtime.cross import aarch64_tools_available, run_aarch64
 from tensorsearch.runtime.verify import IntrinsicVerifyError, verify_intrinsic
 from tensorsearch.schedule import Schedule
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.space.design import DesignSpace
 
 pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
 

@@ -14,7 +14,7 @@ from tensorsearch.arith.iter_map import _affine_binding_error, affine_binding_er
 from tensorsearch.ir import IntImm, Range, Var, structural_hash
 from tensorsearch.schedule import Schedule, ScheduleError, state
 from tensorsearch.schedule.state import _PRIMITIVE_CACHE, clear_primitive_cache, set_primitive_cache_size
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.space.design import DesignSpace
 
 DEFAULT_SIZE = state._CACHE_SIZE
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tensorsearch import hardware
-from tensorsearch.search.measure import RunnerPool, init_ray, resolve_address
+from tensorsearch.search.measure.cluster import init_ray, resolve_address
+from tensorsearch.search.measure.pool import RunnerPool
 
 pytestmark = pytest.mark.slow  # every test here: see pyproject.toml's markers
 
@@ -26,7 +27,8 @@ HOST = hardware.load("host")
 @pytest.fixture(scope="module")
 def cluster_run(tmp_path_factory):
     work = tmp_path_factory.mktemp("cluster")
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": str(HERE)}
+    # the scenarios import this checkout's tensorsearch (not whichever one is installed) and the tests' helpers
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run(
         [sys.executable, str(HERE / "cluster_scenarios.py"), str(work)],
@@ -88,7 +90,7 @@ def test_a_node_added_mid_run_gets_a_runner_and_work_and_a_timing_node_only_time
 
 
 def test_nodes_labelled_for_timing_get_no_builds_nor_search():
-    from tensorsearch.search.measure import work_nodes
+    from tensorsearch.search.measure.cluster import work_nodes
 
     def node(name, cpus=1, role=None):
         return {
@@ -140,7 +142,7 @@ def test_an_aarch64_descriptor_runs_under_qemu_on_the_labelled_node_only(cluster
 
 
 def test_node_labels_decide_which_descriptors_a_node_times():
-    from tensorsearch.search.measure import timing_refusal
+    from tensorsearch.search.measure.cluster import timing_refusal
 
     x86 = {"triple": "x86_64-unknown-linux-gnu", "absent": [], "hardware": [], "emulates": [], "emulation_missing": {}}
     znver4, graviton = hardware.load("x86-znver4"), hardware.load("arm-graviton2")
@@ -163,7 +165,7 @@ def test_node_labels_decide_which_descriptors_a_node_times():
 
 
 def test_a_node_whose_cpu_is_not_the_descriptors_is_refused_unless_allowed():
-    from tensorsearch.search.measure import other_cpu, timing_refusal
+    from tensorsearch.search.measure.cluster import other_cpu, timing_refusal
 
     znver4, graviton = hardware.load("x86-znver4"), hardware.load("arm-graviton2")
     zen = {"arch": "x86_64", "cpu": "znver4", "model": "AMD EPYC 9R14", "features": "0" * 12}

@@ -1,4 +1,4 @@
-"""The gradient-boosted cost model (tensorsearch.search.cost_model): random before training,
+"""The gradient-boosted cost model (tensorsearch.search.cost_model.model): random before training,
 save/load round trip, failed candidates, and the acceptance check that it ranks held-out
 candidates better than random (Spearman correlation printed; run with -s to see it)."""
 
@@ -12,8 +12,8 @@ import tensorsearch as ts
 from tensorsearch import workloads
 from tensorsearch.ir import structural_hash
 from tensorsearch.schedule import Schedule
-from tensorsearch.search.cost_model import CostModel
-from tensorsearch.search.features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector, extract_features
+from tensorsearch.search.cost_model.features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector, extract_features
+from tensorsearch.search.cost_model.model import CostModel
 
 FACTORS = (1, 2, 4, 8, 16, 32)
 

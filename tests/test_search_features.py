@@ -1,4 +1,4 @@
-"""Per-store features (tensorsearch.search.features): exact counts on small programs, loop kinds,
+"""Per-store features (tensorsearch.search.cost_model.features): exact counts on small programs, loop kinds,
 buffer bytes and strides, compacted allocations, tensorized tiles, determinism."""
 
 import numpy as np
@@ -7,7 +7,7 @@ import pytest
 from tensorsearch import hardware, te, workloads
 from tensorsearch.intrin import tile_with_intrin
 from tensorsearch.schedule import Schedule, ScheduleError, Trace
-from tensorsearch.search.features import (
+from tensorsearch.search.cost_model.features import (
     CANDIDATE_LENGTH,
     FEATURE_NAMES,
     candidate_vector,

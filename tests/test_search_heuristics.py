@@ -1,4 +1,4 @@
-"""Analytic first-round candidates (tensorsearch.search.heuristics): the machine model read from
+"""Analytic first-round candidates (tensorsearch.search.space.heuristics): the machine model read from
 the YAML, decisions valid for every design space of GEMM and convolution (int8 with VNNI and
 float32), register tiles that fit the register file, and the first batch measuring them first."""
 
@@ -8,11 +8,11 @@ import numpy as np
 import pytest
 
 from tensorsearch import hardware, interpret, workloads
-from tensorsearch.search.cost_model import CostModel
-from tensorsearch.search.evolutionary import EvolutionarySearch, RoundStats, SearchConfig
-from tensorsearch.search.heuristics import MachineModel, heuristic_trace, heuristic_traces
-from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.cost_model.model import CostModel
+from tensorsearch.search.space.design import DesignSpace
+from tensorsearch.search.space.heuristics import MachineModel, heuristic_trace, heuristic_traces
+from tensorsearch.search.strategy.evolutionary import EvolutionarySearch, RoundStats, SearchConfig
+from tensorsearch.search.strategy.parallel import LocalEvaluator
 
 ZNVER4 = hardware.load("x86-znver4")
 # small shapes of the paper's operators, so that every design space replays in a few seconds

@@ -14,8 +14,10 @@ from cuda_util import gpu_missing, needs_nvcc
 from tensorsearch import hardware, te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
-from tensorsearch.search.measure import Measurer, MeasureResult, init_ray
-from tensorsearch.search.noise import DISTURBED
+from tensorsearch.search.measure.cluster import init_ray
+from tensorsearch.search.measure.measurer import Measurer
+from tensorsearch.search.measure.noise import DISTURBED
+from tensorsearch.search.measure.results import MeasureResult
 from tensorsearch.transform import mark_layout_free
 
 HW = "host"  # the descriptor of this CPU: its code runs here
@@ -129,8 +131,8 @@ def test_ray_workers_run_at_the_drivers_niceness(f32):
     builds, the search and the timing got ~2% of a core. Every one runs at the command's."""
     import ray
 
-    from tensorsearch.search.parallel import RayEvaluator
-    from tensorsearch.search.space import DesignSpace
+    from tensorsearch.search.space.design import DesignSpace
+    from tensorsearch.search.strategy.parallel import RayEvaluator
 
     driver = os.nice(0)
     ready = [ray.get(slot.actor.ready.remote()) for slot in f32.pool.slots]
@@ -148,7 +150,7 @@ def test_ray_workers_run_at_the_drivers_niceness(f32):
 def test_a_worker_that_may_not_take_the_drivers_niceness_says_why(monkeypatch):
     import errno
 
-    from tensorsearch.search import measure
+    from tensorsearch.search.measure import cluster as measure
 
     def refuse(which, who, value):
         raise PermissionError(errno.EACCES, "Permission denied")
@@ -174,7 +176,7 @@ def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
     """Finalists re-timed in rounds: per candidate, each round's latencies; a failed one gets
     empty rounds. Every other round runs them in reverse order, so none always runs first; the
     fastest candidates measured are not built again."""
-    from tensorsearch.search.space import candidate_key
+    from tensorsearch.search.space.design import candidate_key
 
     funcs = [F32.func, tiled(F32.func), UNBUILDABLE]
     assert all(r.ok for r in f32.measure(funcs[:2]))
@@ -218,7 +220,7 @@ def test_a_candidate_slower_than_slow_after_keeps_its_check_run(f32):
 
 @pytest.mark.slow
 def test_flush_cache_times_one_call_after_each_flush(f32):
-    from tensorsearch.search.measure import FLUSHED_REPEATS
+    from tensorsearch.search.measure.runner import FLUSHED_REPEATS
 
     with Measurer(None, HW, workload=F32, timeout_s=5.0, flush_cache=True, pool=f32.pool) as m:
         r = m.measure([tiled(F32.func)])[0]
@@ -257,19 +259,19 @@ def test_an_integer_rounded_from_floats_may_land_one_off_in_a_few_elements():
     """A quantize after float arithmetic rounds some value near a .5 the other way when a candidate
     sums in another order: 1 off in at most 0.1% of the elements passes, and only then; integer
     arithmetic stays exact."""
-    from tensorsearch.search.measure import _computes_in_float, _ToleranceCheck
+    from tensorsearch.search.measure.check import ToleranceCheck, computes_in_float
 
     want = np.random.default_rng(4).integers(-128, 128, size=4096).astype(np.int8)
     flip = want.copy()
     flip[[7, 900]] += 1
-    check = _ToleranceCheck(["q"], 1.0, float_math=True)
+    check = ToleranceCheck(["q"], 1.0, float_math=True)
     check([flip], [want])
     for wrong in (np.where(np.arange(4096) < 5, want + 1, want).astype(np.int8), want - 2 * (want == want[0])):
         with pytest.raises(AssertionError, match="output q"):
             check([wrong], [want])
     with pytest.raises(AssertionError, match="output q"):
-        _ToleranceCheck(["q"], 1.0)([flip], [want])
-    assert _computes_in_float(F32.func) and not _computes_in_float(I8.func)
+        ToleranceCheck(["q"], 1.0)([flip], [want])
+    assert computes_in_float(F32.func) and not computes_in_float(I8.func)
 
 
 @pytest.mark.slow
@@ -318,7 +320,7 @@ def test_two_threads_measure_through_one_pool_taking_turns(f32):
     import itertools
     import threading
 
-    from tensorsearch.search.space import candidate_key
+    from tensorsearch.search.space.design import candidate_key
 
     with Measurer(None, HW, workload=I8, timeout_s=5.0, pool=f32.pool) as i8:
         batches = {
@@ -365,8 +367,8 @@ warnings.simplefilter("ignore")
 import ray
 ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, log_to_driver=False)
 from tensorsearch import workloads
-from tensorsearch.search.measure import Measurer
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.measure.measurer import Measurer
+from tensorsearch.search.space.design import DesignSpace
 wl = workloads.make("GMM", (1, 64, 64, 64), "float16")
 from tensorsearch import hardware
 space = DesignSpace(wl.func, hardware.load("nvidia-sm86"))

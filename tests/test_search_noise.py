@@ -1,4 +1,4 @@
-"""Timing on a shared machine (search/noise.py): the latency statistic, the reference clock's
+"""Timing on a shared machine (search/measure/noise.py): the latency statistic, the reference clock's
 disturbance, and a run's host conditions, on synthetic timings."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from tensorsearch.search import noise
-from tensorsearch.search.noise import DISTURBED, HostConditions, ReferenceClock, latency_of
+from tensorsearch.search.measure import noise
+from tensorsearch.search.measure.noise import DISTURBED, HostConditions, ReferenceClock, latency_of
 
 
 def test_a_latency_is_the_fastest_repeat():

@@ -19,7 +19,7 @@ import tensorsearch as ts
 from tensorsearch import hardware, workloads
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
 from tensorsearch.search.model import model_tasks
-from tensorsearch.search.scheduler import _Entry, _ModelRun, _TaskState, tune_model
+from tensorsearch.search.tuning.scheduler import ModelRun, TaskEntry, TaskState, tune_model
 
 HOST = hardware.load("host")
 SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters=1, num_trials_per_iter=4)
@@ -29,7 +29,7 @@ SMALL = SearchConfig(population_size=8, init_min_unmeasured=8, genetic_num_iters
 def ray_session(request):
     """Ray for the tests that tune (the slow ones); the fast tier's tests here start none."""
     if request.node.get_closest_marker("slow") is not None:
-        from tensorsearch.search.measure import init_ray
+        from tensorsearch.search.measure.cluster import init_ray
 
         init_ray()  # once per process: later calls return at once
     yield
@@ -56,15 +56,15 @@ def _two_task_model():
 # allocation, on hand-made histories
 
 
-def _state(index: int, weight: int, history: list[float]) -> _TaskState:
-    entry = _Entry(f"t{index}", func=None, weight=weight)  # type: ignore[arg-type]
-    state = _TaskState(index, entry, None, "tuned", log=None)  # type: ignore[arg-type]
+def _state(index: int, weight: int, history: list[float]) -> TaskState:
+    entry = TaskEntry(f"t{index}", func=None, weight=weight)  # type: ignore[arg-type]
+    state = TaskState(index, entry, None, "tuned", log=None)  # type: ignore[arg-type]
     state.alive, state.history = True, list(history)
     return state
 
 
-def _run(strategy: str, states: list[_TaskState]) -> _ModelRun:
-    run = _ModelRun.__new__(_ModelRun)
+def _run(strategy: str, states: list[TaskState]) -> ModelRun:
+    run = ModelRun.__new__(ModelRun)
     run.strategy, run.tasks, run.rounds, run.alpha, run.window = strategy, states, [], 0.2, 3
     run.in_flight = {}
     run.entries = [s.entry for s in states]
@@ -235,7 +235,7 @@ def test_an_error_in_one_concurrent_round_stops_the_others_and_keeps_every_recor
 
 @pytest.mark.slow
 def test_a_task_with_no_valid_program_stops_and_the_others_go_on(tmp_path, monkeypatch):
-    from tensorsearch.search import tuner
+    from tensorsearch.search.tuning import tuner
 
     wls = [workloads.make("GMM", (1, 16, 16, 16), "float32"), workloads.make("GMM", (1, 8, 8, 8), "float32")]
     bad = workload_key(wls[0].func)
@@ -290,7 +290,7 @@ def test_cli_model_tune(tmp_path, capsys):
 
 def test_the_cli_offers_every_strategy():
     from tensorsearch.cli.main import build_parser
-    from tensorsearch.search.scheduler import STRATEGIES
+    from tensorsearch.search.tuning.scheduler import STRATEGIES
 
     for strategy in STRATEGIES:
         args = build_parser().parse_args(["model", "tune", "m.onnx", "--hardware", "host", "--trials", "1",

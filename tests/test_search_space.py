@@ -1,4 +1,4 @@
-"""The design space: rules, postprocessors and mutators (tensorsearch.search.space/postproc/mutator).
+"""The design space: rules, postprocessors and mutators (tensorsearch.search.space.design/postproc/mutator).
 
 Every sampled program is built and checked against numpy on fresh random inputs.
 """
@@ -19,18 +19,17 @@ from tensorsearch.ir import Block, ForKind, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.schedule.tree import walk_stmts
 from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
-from tensorsearch.search.postproc import postprocs_for
-from tensorsearch.search.space import (
-    AUTO_TENSORIZE,
+from tensorsearch.search.postproc.registry import postprocs_for
+from tensorsearch.search.space.cpu import (
     AutoInline,
-    DesignSpace,
     MultiLevelTiling,
     ParallelizeVectorizeUnroll,
     RandomComputeLocation,
-    SearchSpaceError,
     TileLayoutCopy,
-    rules_for,
 )
+from tensorsearch.search.space.design import DesignSpace
+from tensorsearch.search.space.registry import rules_for
+from tensorsearch.search.space.rule import AUTO_TENSORIZE, SearchSpaceError
 
 HOST = hardware.load("x86-emeraldrapids")  # a descriptor with VNNI; the programs are built for this CPU
 VNNI_HERE = hardware.load("host").has_feature("+avx512vnni")
@@ -122,7 +121,7 @@ def test_a_read_transposed_to_the_vector_lanes_packs_into_panels():
     K = te.placeholder((2, 48, 32), "float32", name="K")
     r = te.reduce_axis((0, 32), name="k")
     S = te.compute((2, 32, 48), lambda b, i, j: te.sum(Q[b, i, r] * K[b, j, r], axis=r), name="S")
-    from tensorsearch.search.heuristics import heuristic_trace
+    from tensorsearch.search.space.heuristics import heuristic_trace
 
     func = te.create_prim_func([Q, K, S])
     space = DesignSpace(func, HOST)
@@ -536,7 +535,7 @@ def test_a_reduction_whose_reads_serve_one_output_each_also_stays_untiled():
     # TVM tiles a reduction only where a read is shared between outputs (GEMM's A and B). A
     # softmax's row sum reads each element for one output: it keeps an untiled space, the first
     # since it reduces rows; a max pool's window (channels last) keeps one too, after the tiled ones
-    from tensorsearch.search.space import TILING_STRUCTURE
+    from tensorsearch.search.space.rule import TILING_STRUCTURE
 
     def tiled(spaces, name):
         return [bool(dict(s.get(s.get_block(name)).annotations).get(TILING_STRUCTURE)) for s in spaces]

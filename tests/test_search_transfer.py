@@ -1,5 +1,5 @@
 """Transfer: a cost model pre-trained on the database's records of *other* workloads of the same
-hardware (tensorsearch.search.cost_model.transfer_data, CostModel.pretrain, tune(transfer_from=)).
+hardware (tensorsearch.search.cost_model.model.transfer_data, CostModel.pretrain, tune(transfer_from=)).
 
 The ranking test needs latencies the machine cannot vary: two builds of the same candidate on a
 shared 2-vCPU machine disagree more than a transfer test can tolerate, and building 90 GEMMs
@@ -18,10 +18,11 @@ from scipy.stats import spearmanr
 
 from tensorsearch import hardware, workloads
 from tensorsearch.schedule import Schedule
-from tensorsearch.search.cost_model import CostModel, transfer_data
+from tensorsearch.search.cost_model.features import extract_features
+from tensorsearch.search.cost_model.model import CostModel, transfer_data
 from tensorsearch.search.database import Database, DatabaseError, TuningRecord, hardware_key
-from tensorsearch.search.features import extract_features
-from tensorsearch.search.tuner import TuneError, tune
+from tensorsearch.search.tuning.errors import TuneError
+from tensorsearch.search.tuning.tuner import tune
 
 ZNVER4_HW = hardware.load("x86-znver4")
 HKEY = hardware_key(ZNVER4_HW)

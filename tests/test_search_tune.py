@@ -27,8 +27,8 @@ from tensorsearch.ir import structural_equal
 from tensorsearch.schedule import Schedule, Trace
 from tensorsearch.script import parse
 from tensorsearch.search import Database, SearchConfig, TuneError, hardware_key, workload_key
-from tensorsearch.search.parallel import LocalEvaluator
-from tensorsearch.search.tuner import _build, finalist_count
+from tensorsearch.search.strategy.parallel import LocalEvaluator
+from tensorsearch.search.tuning.tuner import build_trace, finalist_count
 from tensorsearch.transform import mark_layout_free
 
 HOST = hardware.load("host")  # the descriptor of this CPU: what the tuner builds must run here
@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_session():
-    from tensorsearch.search.measure import init_ray
+    from tensorsearch.search.measure.cluster import init_ray
 
     init_ray()
     yield
@@ -96,7 +96,7 @@ DEP0_FINALIST_ROUNDS = {
 def test_the_fastest_sample_ranks_finalists_as_the_rounds_do():
     import statistics
 
-    from tensorsearch.search.noise import latency_of
+    from tensorsearch.search.measure.noise import latency_of
 
     assert [finalist_count(n) for n in (3, 8, 40, 64, 256)] == [3, 6, 10, 12, 12]
     names, rounds = list(DEP0_FINALIST_ROUNDS), list(DEP0_FINALIST_ROUNDS.values())
@@ -200,7 +200,7 @@ def test_a_function_with_layout_free_weights_returns_the_program_the_tuner_timed
     func = mark_layout_free(te.create_prim_func([x, w, z]), [1])
     result = ts.tune(func, HOST, trials=2, work_dir=tmp_path, config=SMALL, workers=0)
     assert (result.program.split is None) == (result.program.main is result.module)
-    module, program = _build(func, HOST, Trace())  # unscheduled: P at the root
+    module, program = build_trace(func, HOST, Trace())  # unscheduled: P at the root
     assert program.split is not None and program.main is not module
     assert "P" in stages(module.func) and "P" not in stages(program.main.func)
     rng = seeded_rng()
@@ -303,15 +303,16 @@ def test_killed_run_resumes_without_losing_or_remeasuring(tmp_path):
 
 @pytest.mark.slow
 def test_a_design_space_with_no_valid_program_says_why(tmp_path, monkeypatch):
-    from tensorsearch.search import postproc
+    from tensorsearch.search.postproc.common import Postproc
+    from tensorsearch.search.space import design
 
-    class RefuseAll(postproc.Postproc):
+    class RefuseAll(Postproc):
         name = "RefuseAll"
 
         def apply(self, sch):
             return False
 
-    monkeypatch.setattr(postproc, "postprocs_for", lambda hw: [RefuseAll()])
+    monkeypatch.setattr(design, "postprocs_for", lambda hw: [RefuseAll()])  # the list the design space applies
     wl = workloads.make("GMM", (1, 8, 8, 8), "float32")
     with pytest.raises(
         TuneError,

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from tensorsearch.codegen import llvm as cg
+from tensorsearch.codegen import parallel
 from tensorsearch.codegen.threadpool import LAUNCH_SYMBOL
 from tensorsearch.runtime import build, load_threadpool
 from tensorsearch.runtime.module import host_triple
@@ -218,8 +219,8 @@ def test_thread_counts_are_honoured():
 def test_loop_work_counts_stored_elements():
     """What decides that a loop is too small for a second thread (the threads themselves are
     counted in test_thread_counts_are_honoured)."""
-    assert cg.loop_work(parse(SMALL).body) == 64 < cg.SERIAL_WORK
-    assert cg.loop_work(parse(GEMM).body) == 64 * 64 * 65 >= cg.SERIAL_WORK
+    assert parallel.loop_work(parse(SMALL).body) == 64 < parallel.SERIAL_WORK
+    assert parallel.loop_work(parse(GEMM).body) == 64 * 64 * 65 >= parallel.SERIAL_WORK
 
 
 @pytest.mark.slow

@@ -29,7 +29,7 @@ SMALL = SearchConfig(population_size=16, init_min_unmeasured=8, genetic_num_iter
 
 @pytest.fixture(scope="module")
 def ray_session():
-    from tensorsearch.search.measure import init_ray
+    from tensorsearch.search.measure.cluster import init_ray
 
     init_ray()
     yield

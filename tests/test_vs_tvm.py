@@ -19,8 +19,8 @@ import vs_tvm
 
 from tensorsearch import hardware, workloads
 from tensorsearch.runtime import aligned_copy
-from tensorsearch.search.heuristics import heuristic_trace
-from tensorsearch.search.space import DesignSpace
+from tensorsearch.search.space.design import DesignSpace
+from tensorsearch.search.space.heuristics import heuristic_trace
 from tensorsearch.transform import mark_layout_free
 
 

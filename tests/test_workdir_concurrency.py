@@ -166,7 +166,7 @@ def test_a_repair_by_one_process_keeps_what_another_appends(tmp_path):
 HOLDER = textwrap.dedent(
     """
     import sys, time
-    from tensorsearch.search.workdir import hold_work_dir
+    from tensorsearch.search.tuning.workdir import hold_work_dir
     with hold_work_dir(sys.argv[1]):
         print("held", flush=True)
         time.sleep(600)

@@ -289,7 +289,7 @@ def _best_trace_script(trace, prog: Program, args: argparse.Namespace, hw, resul
 
 def _cmd_tune(args: argparse.Namespace) -> int:
     from ..search.database import Database
-    from ..search.workdir import WorkDirBusy, hold_work_dir
+    from ..search.tuning.workdir import WorkDirBusy, hold_work_dir
 
     prog = _program(args)
     hw = argument("--hardware", load, args.hardware)

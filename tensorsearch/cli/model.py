@@ -2,7 +2,7 @@
 
 MODEL is a built-in name (``resnet50``, ``bert_base``, ... ``--reduced`` for the small
 versions) or an ONNX file. ``tasks`` lists the fused kernels deduplicated into tasks;
-``tune`` spends ``--trials`` over all of them (:func:`tensorsearch.search.scheduler.tune_model`)
+``tune`` spends ``--trials`` over all of them (:func:`tensorsearch.search.tuning.scheduler.tune_model`)
 and prints the per-task table and the tuned model's latency beside onnxruntime's; ``run``
 compiles every task (its best record in ``--work-dir``, else a default schedule), runs the model
 on seeded random inputs beside onnxruntime and prints both outputs' agreement and both latencies.
@@ -170,8 +170,8 @@ def task_shapes(func: Any) -> str:
 def _cmd_tune(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from ..search.scheduler import tune_model
-    from ..search.workdir import WorkDirBusy
+    from ..search.tuning.scheduler import tune_model
+    from ..search.tuning.workdir import WorkDirBusy
     from ..target import load
 
     hw = argument("--hardware", load, args.hardware)

@@ -79,9 +79,7 @@ from ..target.intrinsics import Intrinsic, LLVMImpl, LLVMTileCall, shipped_intri
 from . import fastmath, threadpool
 from .bf16 import BFloat16Emulation, call_type
 from .llvm_types import F32, I8, I32, I64, PTR, VOID, CodegenError, storage_type, value_type
-from .parallel import SERIAL_WORK as SERIAL_WORK
 from .parallel import ParallelLoops
-from .parallel import loop_work as loop_work  # re-exported with SERIAL_WORK: the search's features read them here
 
 NUM_THREADS_SYMBOL = "__tensorsearch_num_threads"
 STACK_LIMIT_BYTES = 256 * 1024  # constant-size buffers up to this size go on the stack (of the thread)

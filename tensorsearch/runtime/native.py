@@ -301,7 +301,7 @@ class _Runnable:
     @property
     def num_threads(self) -> int:
         """Threads for parallel loops. 0: :func:`default_threads`, and a loop too small to pay for a
-        second thread runs on the caller alone (``codegen.llvm.SERIAL_WORK``); a count set here is
+        second thread runs on the caller alone (``codegen.parallel.SERIAL_WORK``); a count set here is
         used for every parallel loop of the module, small ones included."""
         return 0 if self._threads is None else self._threads.value
 

@@ -96,9 +96,6 @@ def map_rvs(value: Any, fn: Callable[[RV], Any]) -> Any:
     return value
 
 
-_map_rvs = map_rvs  # alias until search/ is updated
-
-
 class _Namer:
     """Names random variables b0, l1, v2, ... in order of first appearance."""
 
@@ -372,9 +369,6 @@ def flatten_outputs(out: Any) -> list[RV]:
     if isinstance(out, list | tuple):
         return [x for x in out if isinstance(x, RV)]
     return []
-
-
-_flatten_outputs = flatten_outputs  # alias until search/ is updated
 
 
 def _py(value: Any, namer: _Namer) -> str:

@@ -5,10 +5,12 @@
     result = ts.search.tune(workloads.get("GMM", 0, "int8"), "x86-znver4", trials=256, work_dir="runs/gmm")
     print(result.throughput, result.unit, result.trace.as_python())
 
-Modules (see docs/search.md): ``space`` (schedule rules, design space), ``postproc``,
-``mutator``, ``evolutionary`` (the search), ``features`` and ``cost_model``, ``database``,
-``measure`` (Ray builders and runners), ``noise`` (the latency statistic, the reference kernel, host conditions), ``parallel`` (the search's own work on Ray), ``tuner`` (tune, compile_best), ``scheduler`` (tune_model: a budget over a model's tasks),
-``workdir`` (one tuning run at a time per work dir), ``report`` (progress bar, tables, tuning
+Sub-packages by concern (docs/search.md, docs/architecture.md): ``space`` (schedule rules, the
+design space), ``postproc``, ``mutator``, ``strategy`` (the evolutionary search, the search's own
+work on Ray), ``cost_model`` (features and the model), ``database``, ``measure`` (Ray builders and
+runners; the latency statistic, the reference kernel, host conditions), ``tuning`` (tune,
+compile_best, tune_model, the work dir's hold); above them the application: ``model`` (a model's
+tasks, compiled from the database), ``experiment`` and ``report`` (progress bar, tables, tuning
 curve). Only this package imports Ray; names load on first use, so importing it is cheap.
 """
 
@@ -16,41 +18,41 @@ from importlib import import_module
 from typing import Any
 
 _NAMES = {
-    "tune": "tuner",
-    "compile_best": "tuner",
-    "tune_model": "scheduler",
-    "ModelTuneResult": "scheduler",
+    "tune": "tuning.tuner",
+    "compile_best": "tuning.tuner",
+    "tune_model": "tuning.scheduler",
+    "ModelTuneResult": "tuning.scheduler",
     "compile_model": "model",
     "CompiledModel": "model",
     "default_schedule": "model",
     "model_tasks": "model",
-    "TuneResult": "tuner",
-    "TuneError": "tuner",
-    "TuneInputError": "tuner",
-    "HostBusyWarning": "tuner",
-    "HostConditions": "noise",
-    "Progress": "tuner",
-    "WorkDirBusy": "workdir",
-    "hold_work_dir": "workdir",
-    "count_ops": "tuner",
-    "check_runs_here": "tuner",
-    "SearchConfig": "evolutionary",
-    "EvolutionarySearch": "evolutionary",
-    "DesignSpace": "space",
-    "Candidate": "space",
-    "SearchSpaceError": "space",
-    "RULES": "space",
-    "rules_for": "space",
-    "postprocs_for": "postproc",
+    "TuneResult": "tuning.tuner",
+    "TuneError": "tuning.errors",
+    "TuneInputError": "tuning.errors",
+    "HostBusyWarning": "tuning.tuner",
+    "HostConditions": "measure.noise",
+    "Progress": "tuning.tuner",
+    "WorkDirBusy": "tuning.workdir",
+    "hold_work_dir": "tuning.workdir",
+    "count_ops": "tuning.tuner",
+    "check_runs_here": "tuning.tuner",
+    "SearchConfig": "strategy.evolutionary",
+    "EvolutionarySearch": "strategy.evolutionary",
+    "DesignSpace": "space.design",
+    "Candidate": "space.design",
+    "SearchSpaceError": "space.rule",
+    "RULES": "space.registry",
+    "rules_for": "space.registry",
+    "postprocs_for": "postproc.registry",
     "Database": "database",
     "TuningRecord": "database",
     "workload_key": "database",
     "hardware_key": "database",
-    "Measurer": "measure",
-    "MeasureResult": "measure",
-    "init_ray": "measure",
-    "CostModel": "cost_model",
-    "extract_features": "features",
+    "Measurer": "measure.measurer",
+    "MeasureResult": "measure.results",
+    "init_ray": "measure.cluster",
+    "CostModel": "cost_model.model",
+    "extract_features": "cost_model.features",
 }
 
 __all__ = list(_NAMES)

@@ -70,7 +70,7 @@ from typing import Any
 from ..ir.stmt import PrimFunc
 from ..ir.structural import structural_hash
 from ..target import CpuIdentity, Hardware, load
-from .noise import DISTURBED, latency_of
+from .measure.noise import DISTURBED, latency_of
 
 __all__ = ["DATABASE_FORMAT", "Database", "DatabaseError", "TuningRecord", "hardware_key", "workload_key"]
 
@@ -168,7 +168,7 @@ class TuningRecord:
     run_end: float | None = None  # ... and its timing ended (timings never overlap on a node)
     emulated: bool = False  # run under qemu (no node runs the code natively): checked, never ranked
     measured_on: CpuIdentity | None = None  # the CPU that timed it (see the class docstring)
-    disturbance: float | None = None  # the reference kernel's slowdown beside its timing (search/noise.py)
+    disturbance: float | None = None  # the reference kernel's slowdown beside its timing (search/measure/noise.py)
 
     @property
     def ok(self) -> bool:
@@ -182,7 +182,7 @@ class TuningRecord:
 
     @property
     def latency(self) -> float:
-        """The fastest of the latencies in seconds (:func:`~.noise.latency_of`); ``math.inf`` when
+        """The fastest of the latencies in seconds (:func:`~.measure.noise.latency_of`); ``math.inf`` when
         it failed or ran emulated (an emulated timing is qemu's, not the hardware's)."""
         return latency_of(self.latencies) if self.ranks else math.inf
 

@@ -39,9 +39,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from .evolutionary import SearchConfig
-from .noise import HostConditions
+from .measure.noise import HostConditions
 from .report import format_markdown_table
+from .strategy.evolutionary import SearchConfig
 
 __all__ = ["Experiment", "ExperimentError", "ModelItem", "OperatorItem", "load_experiment", "run_experiment"]
 
@@ -149,7 +149,7 @@ def load_experiment(path: str | os.PathLike) -> Experiment:
         r.hardware(name, f"hardware[{n}]")
     seeds = tuple(r.integer(s, f"seeds[{n}]", low=0) for n, s in enumerate(r.list(data, "seeds", scalar_ok=True)))
     strategy = data.get("strategy", "gradient")
-    from .scheduler import STRATEGIES
+    from .tuning.scheduler import STRATEGIES
 
     if strategy not in STRATEGIES:
         raise r.error("strategy", f"must be one of {', '.join(STRATEGIES)}, not {strategy!r}")
@@ -309,7 +309,7 @@ def _slug(text: str) -> str:
 def run_experiment(exp: Experiment, progress: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run (or resume) every cell of ``exp``; returns the result rows (``RESULT_COLUMNS``) and
     writes the tables after each cell."""
-    from .measure import init_ray
+    from .measure.cluster import init_ray
 
     say = progress or (lambda text: None)
     exp.output.mkdir(parents=True, exist_ok=True)
@@ -341,8 +341,8 @@ def _short(err: BaseException) -> str:
 
 
 def _run_cell(exp: Experiment, item: OperatorItem | ModelItem, hw: str, seed: int, work: Path) -> dict[str, Any]:
-    from .scheduler import tune_model
-    from .tuner import tune
+    from .tuning.scheduler import tune_model
+    from .tuning.tuner import tune
 
     trials = item.trials or exp.trials
     row: dict[str, Any] = {"kind": _kind(item), "item": item.label, "hardware": hw, "seed": seed}
@@ -402,7 +402,7 @@ def write_results(exp: Experiment, rows: list[dict[str, Any]]) -> list[Path]:
         "`best_ms`: an operator's best latency; a model's estimated latency (sum over its tasks of "
         "weight x best), with `measured_model_ms` the model compiled with its best records and timed. "
         "Latencies are the fastest timed repeat. `host`: the reference kernel's median slowdown while the cell "
-        "was tuned and how many timings were disturbed (search/noise.py); `load`: the load average at its end.\n"
+        "was tuned and how many timings were disturbed (search/measure/noise.py); `load`: the load average at its end.\n"
     )
     _plot(out / "results.png", exp.name, rows)
     return [out / "results.csv", out / "results.md", out / "results.png"]

@@ -9,7 +9,7 @@
 A task's kernel comes from, in order: the best successful record of its workload key for this
 hardware in ``work_dir``'s database ("tuned"); else the *default schedule* ("default"): the
 first design-space trace of the task replayed with the analytic decisions of
-:mod:`.heuristics` (multi-level tiling with the hardware's register and cache sizes, tensorized
+:mod:`.space.heuristics` (multi-level tiling with the hardware's register and cache sizes, tensorized
 where the matcher maps an intrinsic, parallel outer loops, vectorized inner loop); else, when
 no design space or heuristic candidate is valid, the program as lowered ("unscheduled").
 """
@@ -31,8 +31,9 @@ from ..schedule import Schedule, ScheduleError, Trace
 from ..target import Hardware, resolve
 from ..transform import layout_free_params
 from .database import Database, hardware_key
-from .heuristics import heuristic_traces
-from .space import DesignSpace, SearchSpaceError
+from .space.design import DesignSpace
+from .space.heuristics import heuristic_traces
+from .space.rule import SearchSpaceError
 
 __all__ = ["CompiledModel", "compile_model", "default_schedule", "model_tasks"]
 

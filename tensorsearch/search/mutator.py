@@ -24,7 +24,7 @@ from typing import Any
 
 from ..schedule import Instruction, Trace
 from ..schedule.sampling import prime_factors
-from .space import PARALLEL, UNROLL
+from .space.rule import PARALLEL, UNROLL
 
 
 class Mutator:

@@ -132,7 +132,7 @@ class GPU:
 class SearchSpec:
     """The ``search:`` section: schedule rules (name, parameters) in the order they apply.
 
-    Names and parameters are those of ``tensorsearch.search.space.RULES`` (checked there, when a
+    Names and parameters are those of ``tensorsearch.search.space.registry.RULES`` (checked there, when a
     design space is made); an empty tuple means the defaults for the descriptor's kind."""
 
     rules: tuple[tuple[str, tuple[tuple[str, Any], ...]], ...] = ()

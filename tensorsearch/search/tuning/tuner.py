@@ -10,11 +10,11 @@
     result.program.bind([x, y, z])()        # ... as the tuner timed it (weights packed ahead, if any)
     mod = ts.search.compile_best(workloads.get("GMM", 0, "int8").func, "x86-znver4", "runs/gmm")
 
-The loop: the design space of the workload (:class:`~.space.DesignSpace`); rounds of the
-evolutionary search (:class:`~.evolutionary.EvolutionarySearch`), each proposing a batch that is
-built in parallel Ray tasks and timed by one runner actor per node (:class:`~.measure.Measurer`);
+The loop: the design space of the workload (:class:`~.design.DesignSpace`); rounds of the
+evolutionary search (:class:`~.strategy.evolutionary.EvolutionarySearch`), each proposing a batch that is
+built in parallel Ray tasks and timed by one runner actor per node (:class:`~.measurer.Measurer`);
 every measurement is appended to the database (:class:`~.database.Database`) as soon as it is
-made, and the cost model (:class:`~.cost_model.CostModel`) is retrained on it. Running ``tune``
+made, and the cost model (:class:`~.cost_model.model.CostModel`) is retrained on it. Running ``tune``
 again with the same ``work_dir`` resumes: measured candidates are never measured again and count
 toward ``trials``; ``trials`` is the total for the workload and hardware.
 
@@ -39,23 +39,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..arith import count_ops
-from ..graph.executor import TaskProgram
-from ..ir import (
+from ...arith import count_ops
+from ...graph.executor import TaskProgram
+from ...ir import (
     PrimFunc,
 )
-from ..runtime import Module, build
-from ..runtime.verify import verify_hardware
-from ..schedule import Schedule, Trace
-from ..target import Hardware, load
-from ..transform import layout_free_params
-from ..workloads import Workload
-from .cost_model import CostModel
-from .database import Database
-from .database import workload_key as workload_key_of
-from .evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
-from .noise import LATENCY_STATISTIC, HostConditions
-from .space import Candidate, DesignSpace
+from ...runtime import Module, build
+from ...runtime.verify import verify_hardware
+from ...schedule import Schedule, Trace
+from ...target import Hardware, load
+from ...transform import layout_free_params
+from ...workloads import Workload
+from ..cost_model.model import CostModel, transfer_data
+from ..database import Database, DatabaseError, TuningRecord, hardware_key, workload_key
+from ..database import workload_key as workload_key_of
+from ..measure.cluster import init_ray, ray_started, resolve_address
+from ..measure.measurer import Measurer
+from ..measure.noise import LATENCY_STATISTIC, HostConditions
+from ..space.design import Candidate, DesignSpace
+from ..strategy.evolutionary import EvolutionarySearch, RoundStats, SearchConfig, measured_population
+from ..strategy.parallel import LocalEvaluator, RayEvaluator
+from .errors import TuneError, TuneInputError
+from .workdir import hold_work_dir
 
 # A candidate whose check run is this many times slower than the task's best is not timed again
 # (Measurer.measure's slow_after): it cannot become the best.
@@ -119,14 +124,6 @@ class TuneResult:
 class HostBusyWarning(UserWarning):
     """The host was busy while a run timed its candidates: its latencies are inflated and its best
     may be wrong (``TuneResult.host``)."""
-
-
-class TuneError(RuntimeError):
-    """Tuning could not run (bad arguments, an empty design space, no valid candidate)."""
-
-
-class TuneInputError(TuneError, ValueError):
-    """The arguments of :func:`tune` cannot work (the CLI exits with code 2: a mistake in the input)."""
 
 
 def check_runs_here(hw: Hardware, address: str | None, allow_other_cpu: bool = False) -> None:
@@ -203,7 +200,7 @@ def tune(
     cluster; "local" forces the local one). ``workers``: Ray actors
     for the search's own work (None: one per CPU; 0: in this process). ``timeout_s``: a
     candidate running longer is recorded as failed. ``flush_cache``: every timed call runs after
-    the caches are flushed (:class:`~.measure.Measurer`). ``transfer``: pre-train the cost model on the
+    the caches are flushed (:class:`~.measurer.Measurer`). ``transfer``: pre-train the cost model on the
     records of other workloads measured on the same hardware, in the work dir's database and in
     the databases ``transfer_from`` names (work dirs, their ``database`` directories or record
     files). ``allow_other_cpu``: time on machines whose CPU is not the one ``hardware`` describes
@@ -216,7 +213,6 @@ def tune(
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
-    from .measure import resolve_address
 
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
@@ -224,7 +220,6 @@ def tune(
     address = resolve_address(address)
     check_runs_here(hw, address, allow_other_cpu)
     verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
-    from .workdir import hold_work_dir
 
     with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it
         return _tune(
@@ -252,8 +247,6 @@ def _tune(
     t_start: float,
 ) -> TuneResult:
     """:func:`tune`'s run, with the work dir held: one :class:`TaskSearch` run to its budget."""
-    from .measure import Measurer, init_ray, ray_started
-
     db = Database(work_dir)
     unit = _unit(func)
 
@@ -264,7 +257,7 @@ def _tune(
     cost_model = CostModel(seed=seed)
     if transfer:
         stage("pre-training the cost model on other workloads' records")
-    transferred = _pretrain(cost_model, db, transfer_from, hw, {workload_key_of(func)}) if transfer else 0
+    transferred = pretrain(cost_model, db, transfer_from, hw, {workload_key_of(func)}) if transfer else 0
     stage(f"making the design spaces of {name} for {hw.name}")
     task = TaskSearch(func, workload, name, hw, db, cost_model, config or SearchConfig(), seed)
     if not ray_started():
@@ -332,8 +325,6 @@ class TaskSearch:
         config: SearchConfig,
         seed: int,
     ) -> None:
-        from .database import hardware_key
-
         self.func, self.workload, self.name, self.hw, self.db = func, workload, name, hw, db
         self.config, self.seed, self.cost_model = config, seed, cost_model
         self.wkey = db.commit_workload(func, name)
@@ -372,8 +363,6 @@ class TaskSearch:
     def evaluator(self, workers: int | None) -> Any:
         """Where this task's candidates are replayed: ``workers`` Ray actors (None: one per CPU), or
         this process (0)."""
-        from .parallel import LocalEvaluator, RayEvaluator
-
         return LocalEvaluator(self.space) if workers == 0 else RayEvaluator(self.space, workers)
 
     def resume(self, evaluator: Any) -> None:
@@ -400,8 +389,6 @@ class TaskSearch:
         at most), each committed to the database as it is measured; returns how many were
         measured: 0 when the design space has nothing new left. TuneError when the first round
         finds no valid program at all."""
-        from .database import TuningRecord
-
         self.resume(evaluator)
         stats = RoundStats()
         want = min(self.config.num_trials_per_iter, limit)
@@ -524,7 +511,7 @@ class TaskSearch:
         best_rec = self.db.best(self.wkey, self.hkey)[0]
         trace = Trace.from_json(best_rec.trace)
         latency = self.db.latency(best_rec)
-        module, program = _build(self.func, self.hw, trace)
+        module, program = build_trace(self.func, self.hw, trace)
         return TuneResult(
             trace=trace,
             latency=latency,
@@ -557,14 +544,11 @@ def finalist_count(measured: int) -> int:
     return min(FINALISTS, max(MIN_FINALISTS, measured // 4), measured)
 
 
-def _pretrain(
+def pretrain(
     cost_model: CostModel, db: Database, sources: Sequence[str | os.PathLike], hw: Hardware, exclude: set[str]
 ) -> int:
     """Pre-train ``cost_model`` on the records of hardware ``hw`` of workloads not in ``exclude``
     (their keys) in ``db`` and in the databases at ``sources``; returns how many it learned from."""
-    from .cost_model import transfer_data
-    from .database import Database, DatabaseError
-
     if isinstance(sources, str | os.PathLike):
         sources = [sources]
     dbs = [db]
@@ -576,7 +560,7 @@ def _pretrain(
     return cost_model.pretrain(transfer_data(dbs, hw, exclude))
 
 
-def _build(func: PrimFunc, hw: Hardware, trace: Trace) -> tuple[Module, TaskProgram]:
+def build_trace(func: PrimFunc, hw: Hardware, trace: Trace) -> tuple[Module, TaskProgram]:
     """``trace`` replayed on ``func`` and compiled: the whole function, and the program the
     Measurer times (its main part on layout-free parameters packed ahead, when the schedule
     re-lays them on a CPU; else the same module)."""
@@ -597,8 +581,6 @@ def compile_best(
     """The compiled module of the best record of ``func`` (a PrimFunc or workload) for ``hardware``
     in ``work_dir``'s database, the whole function (as :attr:`TuneResult.module`); TuneError when
     there is none."""
-    from .database import Database, hardware_key, workload_key
-
     func, _, name = _resolve(func)
     hw = load(hardware)
     db = Database(work_dir)

@@ -2,8 +2,8 @@
 
 ::
 
-    from tensorsearch.search.cost_model import CostModel
-    from tensorsearch.search.features import extract_features
+    from tensorsearch.search.cost_model.model import CostModel
+    from tensorsearch.search.cost_model.features import extract_features
 
     model = CostModel(seed=0)
     model.update([extract_features(f) for f in measured], latencies)   # math.inf = failed
@@ -59,10 +59,10 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from ..ir import PrimFunc
-from ..target import Hardware
-from .database import Database, hardware_key
-from .features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector
+from ...ir import PrimFunc
+from ...target import Hardware
+from ..database import Database, hardware_key
+from .features import CANDIDATE_LENGTH, FEATURE_NAMES, candidate_vector, extract_features
 
 __all__ = ["CostModel", "transfer_data"]
 
@@ -280,8 +280,7 @@ def _spread_pick(records: list[Any], count: int) -> list[Any]:
 
 def _record_features(func: PrimFunc, trace_json: str, hardware: Hardware) -> np.ndarray | None:
     """Features of a record's program: its whole trace replayed on its workload (None if it fails)."""
-    from ..schedule import Schedule, Trace
-    from .features import extract_features
+    from ...schedule import Schedule, Trace
 
     try:
         sch = Schedule(func, check=False, error_detail="none", hardware=hardware)

@@ -21,7 +21,7 @@ The lock is an exclusive ``fcntl.flock`` on ``.lock``, taken without waiting; th
 holder's pid, host, start time and command line for the message. The kernel releases the lock
 when the holder's process ends in any way (``kill -9`` included), so there is never a stale lock
 to clean up, and the next run resumes with every record (the database's appends are safe on their
-own, see :mod:`.database`). Never delete ``.lock`` while a run holds it: a run started after that
+own, see :mod:`..database`). Never delete ``.lock`` while a run holds it: a run started after that
 would lock a new file. The lock is held per process and thread: the same thread may take it again
 (the CLI holds it around ``tune``, which takes it too); another thread of the same process is
 refused like another process. Readers (``compile_best``, ``--transfer``, ``Database.open_existing``)
@@ -42,7 +42,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .tuner import TuneError
+from .errors import TuneError
 
 __all__ = ["LOCK_NAME", "WorkDirBusy", "hold_work_dir"]
 

@@ -71,8 +71,8 @@ class ReferenceClock:
     def __init__(self, cpu: str, threads: int) -> None:
         import numpy as np
 
-        from ..runtime import build
-        from ..script import parse
+        from ...runtime import build
+        from ...script import parse
 
         self.module = build(parse(REFERENCE))
         self.data = np.random.default_rng(0).uniform(0.5, 1.5, 4096).astype(np.float32)

@@ -21,49 +21,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..ir import Block, BlockRealize, For, ForKind, IntImm, Var
-from ..ir.functor import free_vars
-from ..ir.stmt import IterType
-from ..schedule import BlockRV, Schedule, ScheduleError
-from ..schedule.tree import find_block, loops_above, stmt_children, walk_nodes
-from ..target import Hardware
-from .space import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
-
-
-class Postproc:
-    name = "Postproc"
-
-    def apply(self, sch: Schedule) -> bool:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        return f"{self.name}()"
-
-
-def _block_names(sch: Schedule) -> list[str]:
-    return [node.name for node in walk_nodes(sch.func.body) if isinstance(node, Block) and node.name != "root"]
-
-
-def _blocks(sch: Schedule, want: Any = None):
-    """Every non-root block of ``sch`` that still exists when its turn comes (a rewrite of one block
-    may remove or rename another) and, given ``want``, for which ``want(block)`` holds then (asked
-    of the program directly, so the trace gets no lookup of a block the postprocessor skips)."""
-    for name in _block_names(sch):
-        if want is not None:
-            loc = find_block(sch.func, name)
-            if loc is None or not want(loc.node):
-                continue
-        try:
-            yield sch.get_block(name)
-        except ScheduleError:
-            continue
-
-
-class DisallowDynamicLoop(Postproc):
-    name = "DisallowDynamicLoop"
-
-    def apply(self, sch: Schedule) -> bool:
-        return all(isinstance(node.extent, IntImm) for node in walk_nodes(sch.func.body) if isinstance(node, For))
+from ...ir import Block, BlockRealize, For, ForKind, IntImm, Var
+from ...ir.functor import free_vars
+from ...ir.stmt import IterType
+from ...schedule import BlockRV, Schedule, ScheduleError
+from ...schedule.tree import find_block, loops_above, stmt_children, walk_nodes
+from ..space.rule import AUTO_TENSORIZE, PARALLEL, UNROLL, VECTORIZE
+from .common import Postproc, block_names, blocks
 
 
 def _reduce_loop_vars(realize: BlockRealize) -> set[Var]:
@@ -78,7 +42,7 @@ class RewriteReductionBlock(Postproc):
     name = "RewriteReductionBlock"
 
     def apply(self, sch: Schedule) -> bool:
-        for block in _blocks(sch, lambda b: b.init is not None):
+        for block in blocks(sch, lambda b: b.init is not None):
             realize, _ = sch._block_realize(block)
             reduce_vars = _reduce_loop_vars(realize)
             loops = sch.get_loops(block)
@@ -93,7 +57,7 @@ class RewriteTensorize(Postproc):
     name = "RewriteTensorize"
 
     def apply(self, sch: Schedule) -> bool:
-        for block in _blocks(sch, lambda b: AUTO_TENSORIZE in dict(b.annotations)):
+        for block in blocks(sch, lambda b: AUTO_TENSORIZE in dict(b.annotations)):
             intrin = dict(sch.get(block).annotations)[AUTO_TENSORIZE]
             sch.unannotate(block, AUTO_TENSORIZE)
             takes_init = _unit_zeroes_its_tile(sch, str(intrin))
@@ -113,8 +77,8 @@ def _unit_zeroes_its_tile(sch: Schedule, name: str) -> bool:
 def _writes_only_constants(block: Block) -> bool:
     """The init block a decomposed tile reduction leaves (it only stores constants)."""
     loads: list[Any] = []
-    from ..ir import BufferLoad
-    from ..ir.functor import post_order_visit
+    from ...ir import BufferLoad
+    from ...ir.functor import post_order_visit
 
     post_order_visit(block.body, lambda n: loads.append(n) if isinstance(n, BufferLoad) else None)
     return not loads
@@ -135,7 +99,7 @@ class RewriteParallelVectorizeUnroll(Postproc):
         for key in (PARALLEL, VECTORIZE, UNROLL):
             if key in anns:
                 sch.unannotate(root, key)
-        leaves = [n for n in _block_names(sch) if _is_leaf(sch, n)]
+        leaves = [n for n in block_names(sch) if _is_leaf(sch, n)]
         if par:
             for child in sch.get_child_blocks(root):  # the blocks of the root scope own the outer loops
                 self._parallelize(sch, child, int(par))
@@ -228,7 +192,7 @@ class RewriteParallelVectorizeUnroll(Postproc):
             return
         by_var = {}
         wanted = set(small)
-        for name in _block_names(sch):
+        for name in block_names(sch):
             loc = find_block(sch.func, name)
             if loc is None or wanted.isdisjoint(lp.loop_var for lp in loops_above(loc.path[:-1])):
                 continue  # no loop left to unroll above it: no need for its loops' random variables
@@ -245,17 +209,3 @@ def _is_leaf(sch: Schedule, name: str) -> bool:
     """A block with no block inside it (a tensorized block counts: its tile is gone)."""
     loc = find_block(sch.func, name)  # a question about the program: nothing for the trace
     return loc is not None and not any(isinstance(node, BlockRealize) for node in walk_nodes(loc.node.body))
-
-
-def postprocs_for(hardware: Hardware) -> list[Postproc]:
-    """The postprocessors of the hardware's kind, in order (GPU: :func:`.gpu.gpu_postprocs_for`)."""
-    if hardware.kind == "gpu":
-        from .gpu import gpu_postprocs_for
-
-        return gpu_postprocs_for(hardware)
-    return [
-        DisallowDynamicLoop(),
-        RewriteReductionBlock(),
-        RewriteTensorize(),
-        RewriteParallelVectorizeUnroll(vector_bits=getattr(hardware, "vector_bits", 0)),
-    ]

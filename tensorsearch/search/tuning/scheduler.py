@@ -30,7 +30,7 @@ and its own builds; all time their candidates through the one runner pool, a can
 time on a node. A round is chosen as above among the tasks not in flight, and the budget counts
 the trials the rounds in flight may still take. While one task's candidates are timed on a node
 another's search and builds may run there: on a cluster, label the nodes that time
-``tensorsearch.role=timing`` and they get no builds nor search actors (:mod:`.measure`). With
+``tensorsearch.role=timing`` and they get no builds nor search actors (:mod:`.measure.measurer`). With
 one task at a time (the default), a node never builds nor searches while it times.
 
 **What is shared.** One database (records keyed by task and hardware, as :func:`~.tuner.tune`
@@ -65,17 +65,23 @@ from typing import Any
 
 import numpy as np
 
-from ..ir import PrimFunc
-from ..schedule import ScheduleError
-from ..target import Hardware, load
-from ..workloads import Workload
-from .cost_model import CostModel
-from .database import Database
-from .evolutionary import SearchConfig
-from .noise import LATENCY_STATISTIC, HostConditions
-from .report import format_markdown_table, format_table
-from .space import SearchSpaceError
-from .tuner import HostBusyWarning, TaskSearch, TuneError, TuneInputError, _pretrain, check_runs_here
+from ...ir import PrimFunc
+from ...schedule import ScheduleError
+from ...target import Hardware, load
+from ...workloads import Workload
+from ..cost_model.model import CostModel
+from ..database import Database, workload_key
+from ..measure.cluster import init_ray, ray_started, resolve_address
+from ..measure.measurer import Measurer
+from ..measure.noise import LATENCY_STATISTIC, HostConditions
+from ..measure.pool import RunnerPool
+from ..model import compile_model, model_tasks
+from ..report import format_markdown_table, format_table, write_latency_curve_png
+from ..space.rule import SearchSpaceError
+from ..strategy.evolutionary import SearchConfig
+from .errors import TuneError, TuneInputError
+from .tuner import HostBusyWarning, TaskSearch, check_runs_here, pretrain
+from .workdir import hold_work_dir
 
 __all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_model"]
 
@@ -163,7 +169,7 @@ class ModelProgress:
 
 
 @dataclass
-class _Entry:
+class TaskEntry:
     """A task to tune: its function (and workload, for its own reference), name and weight."""
 
     name: str
@@ -173,10 +179,10 @@ class _Entry:
     workload: Workload | None = None
 
 
-class _TaskState:
+class TaskState:
     """A task's :class:`TaskSearch` (None when its design space refused), its round history and log."""
 
-    def __init__(self, index: int, entry: _Entry, search: TaskSearch | None, status: str, log: Path) -> None:
+    def __init__(self, index: int, entry: TaskEntry, search: TaskSearch | None, status: str, log: Path) -> None:
         self.index, self.entry, self.search, self.status, self.log = index, entry, search, status, log
         self.alive = search is not None
         self.history: list[float] = []  # best latency after each round
@@ -226,17 +232,17 @@ def _file_name(index: int, name: str) -> str:
     return f"{index:02d}-{safe}.log"
 
 
-def _entries(model: Any, input_shapes: Mapping[str, Any] | None, layout: str) -> tuple[list[_Entry], Any]:
+def _entries(model: Any, input_shapes: Mapping[str, Any] | None, layout: str) -> tuple[list[TaskEntry], Any]:
     """The tasks to tune and the graph (None when tasks were given)."""
-    from ..graph.fuse import Task
+    from ...graph.fuse import Task
 
     if isinstance(model, Sequence) and not isinstance(model, str | bytes):
         entries = []
         for n, t in enumerate(model):
             if isinstance(t, Task):
-                entries.append(_Entry(t.name, t.func, t.weight, t.flops))
+                entries.append(TaskEntry(t.name, t.func, t.weight, t.flops))
             elif isinstance(t, Workload):
-                entries.append(_Entry(t.key, t.func, 1, t.flops, t))
+                entries.append(TaskEntry(t.key, t.func, 1, t.flops, t))
             else:
                 raise TuneInputError(
                     f"tune_model: task {n} is a {type(t).__name__}; give graph Tasks "
@@ -245,10 +251,9 @@ def _entries(model: Any, input_shapes: Mapping[str, Any] | None, layout: str) ->
         if not entries:
             raise TuneInputError("tune_model: the task list is empty")
         return entries, None
-    from .model import model_tasks
 
     graph, _, tasks = model_tasks(model, input_shapes=input_shapes, layout=layout)
-    return [_Entry(t.name, t.func, t.weight, t.flops) for t in tasks], graph
+    return [TaskEntry(t.name, t.func, t.weight, t.flops) for t in tasks], graph
 
 
 def tune_model(
@@ -281,7 +286,7 @@ def tune_model(
     tasks (``tensorsearch.graph.Task`` or workloads). ``strategy``: "gradient" or "round-robin"
     (see the module docstring). ``measure_model``: when a model (not a task list) is given and
     this machine runs ``hardware``, compile it with the best records and time it at the end.
-    ``flush_cache``: time every call after flushing the caches (:class:`~.measure.Measurer`), as
+    ``flush_cache``: time every call after flushing the caches (:class:`~.measurer.Measurer`), as
     a kernel runs inside the model. ``concurrent_tasks``: how many tasks' rounds run at once (see
     the module docstring). The other arguments (``allow_other_cpu`` among them) are
     :func:`~.tuner.tune`'s. The work dir is held for the whole run.
@@ -294,17 +299,15 @@ def tune_model(
         raise TuneInputError(f"tune_model: alpha must be in [0, 1] and window at least 1, got {alpha}, {window}")
     if isinstance(concurrent_tasks, bool) or not isinstance(concurrent_tasks, int) or concurrent_tasks < 1:
         raise TuneInputError(f"tune_model: concurrent_tasks must be a positive integer, got {concurrent_tasks!r}")
-    from .measure import resolve_address
 
     t_start = time.perf_counter()
     hw = load(hardware)
     address = resolve_address(address)
     check_runs_here(hw, address, allow_other_cpu)
     entries, graph = _entries(model, input_shapes, layout)
-    from .workdir import hold_work_dir
 
     with hold_work_dir(work_dir):
-        run = _ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
+        run = ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
         run.alpha, run.window, run.t_start, run.concurrent = alpha, window, t_start, concurrent_tasks
         run.allow_other_cpu = allow_other_cpu
         run.start(transfer)
@@ -316,12 +319,12 @@ def tune_model(
         return run.finish(model_latency)
 
 
-class _ModelRun:
+class ModelRun:
     """:func:`tune_model`'s state: the tasks, the shared cost model and database, the rounds."""
 
     def __init__(
         self,
-        entries: list[_Entry],
+        entries: list[TaskEntry],
         hw: Hardware,
         trials: int,
         work_dir: Path,
@@ -335,7 +338,7 @@ class _ModelRun:
         self.rng = random.Random(seed)
         self.db = Database(work_dir)
         self.cost_model = CostModel(seed=seed)
-        self.tasks: list[_TaskState] = []
+        self.tasks: list[TaskState] = []
         self.rounds: list[int] = []
         self.round_spans: list[tuple[float, float]] = []
         self.curve: list[tuple[int, float]] = []
@@ -378,15 +381,13 @@ class _ModelRun:
     # ------------------------------------------------------------------------------------
     def start(self, transfer: bool) -> None:
         """Make every task's design space, resume its records, and pre-train the cost model."""
-        from .database import workload_key
-
         self.write_log(
             f"tune_model: {len(self.entries)} tasks on {self.hw.name}, {self.trials} trials, {self.strategy}"
         )
         if transfer:
             self.stage("pre-training the cost model on other workloads' records")
             keys = {workload_key(e.func) for e in self.entries}
-            _pretrain(self.cost_model, self.db, (), self.hw, keys)
+            pretrain(self.cost_model, self.db, (), self.hw, keys)
         for n, e in enumerate(self.entries):
             self.stage(f"making the design spaces of task {n + 1}/{len(self.entries)} ({e.name})")
             log = self.work_dir / "logs" / "tasks" / _file_name(n, e.name)
@@ -394,9 +395,9 @@ class _ModelRun:
                 search = TaskSearch(
                     e.func, e.workload, e.name, self.hw, self.db, self.cost_model, self.config, self.seed
                 )
-                state = _TaskState(n, e, search, "tuned", log)
+                state = TaskState(n, e, search, "tuned", log)
             except (SearchSpaceError, ScheduleError, ValueError) as err:
-                state = _TaskState(n, e, None, f"not tunable: {err}".splitlines()[0][:200], log)
+                state = TaskState(n, e, None, f"not tunable: {err}".splitlines()[0][:200], log)
                 state.write_log(state.status)
                 self.write_log(f"task {n} {e.name}: {state.status}")
             if e.flops is None:
@@ -423,8 +424,6 @@ class _ModelRun:
     def tune(self, address: str | None, workers: int | None, measure: dict[str, Any]) -> None:
         """Run rounds until the budget is spent or no task can go on (``concurrent`` tasks at a
         time); then time each tuned task's finalists again together."""
-        from .measure import init_ray, ray_started
-
         if self.done < self.trials:
             if not ray_started():
                 self.stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
@@ -455,8 +454,6 @@ class _ModelRun:
 
     def pool(self) -> Any:
         """The runners (one per node), started at first use, shared by every thread's measurers."""
-        from .measure import RunnerPool
-
         with self.lock:
             if self._pool is None:
                 self._pool = RunnerPool(self.hw, self.seed, self.allow_other_cpu)
@@ -523,7 +520,7 @@ class _ModelRun:
         finally:
             active.close_task()
 
-    def reserve(self) -> tuple[_TaskState, str, int] | None:
+    def reserve(self) -> tuple[TaskState, str, int] | None:
         """The next round's task, why it was chosen and its trials, marked in flight; None when
         the budget is spent or no task can go on. Waits while only rounds in flight could change that."""
         with self.changed:
@@ -545,7 +542,7 @@ class _ModelRun:
         """The trials the rounds in flight may still measure."""
         return sum(max(0, limit - (self.tasks[i].trials - had)) for i, (limit, had, _) in self.in_flight.items())
 
-    def next_task(self) -> tuple[_TaskState | None, str]:
+    def next_task(self) -> tuple[TaskState | None, str]:
         """The task of the next round and why it was chosen (None when no task can go on)."""
         alive = [t for t in self.tasks if t.alive and t.index not in self.in_flight]
         if not alive:
@@ -564,7 +561,7 @@ class _ModelRun:
         pick = alive[grads.index(top)]
         return pick, f"largest gradient {top:.3g} s (window {self.window}, alpha {self.alpha})"
 
-    def run_round(self, task: _TaskState, why: str, limit: int, evaluator: Any, measurer: Any) -> None:
+    def run_round(self, task: TaskState, why: str, limit: int, evaluator: Any, measurer: Any) -> None:
         search = task.search
         assert search is not None
         t0, started = time.perf_counter(), self.in_flight[task.index][2]
@@ -582,7 +579,7 @@ class _ModelRun:
             self.round_spans.append((started, time.time()))
             self.end_round(task, why, measured, t0)
 
-    def end_round(self, task: _TaskState, why: str, measured: int, t0: float) -> None:
+    def end_round(self, task: TaskState, why: str, measured: int, t0: float) -> None:
         """Under the lock: whether the task goes on, its history, the logs, the curve, progress."""
         search = task.search
         assert search is not None
@@ -655,14 +652,12 @@ class _Active:
     ) -> None:
         # measure: the Measurer's timeout_s, repeat and flush_cache
         self.hw, self.address, self.workers, self.measure, self.pool = hw, address, workers, measure, pool
-        self.task: _TaskState | None = None
+        self.task: TaskState | None = None
         self.evaluator: Any = None
         self.measurer: Any = None
 
-    def switch(self, task: _TaskState, with_evaluator: bool) -> tuple[Any, Any]:
+    def switch(self, task: TaskState, with_evaluator: bool) -> tuple[Any, Any]:
         """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
-        from .measure import Measurer
-
         search = task.search
         assert search is not None
         if self.task is not task:
@@ -688,8 +683,6 @@ def _time_model(
     model: Any, hw: Hardware, work_dir: str | os.PathLike, input_shapes: Any, layout: str, seed: int
 ) -> float:
     """Median seconds of one run of the model compiled with the work dir's best records."""
-    from .model import compile_model
-
     exe = compile_model(model, hw, work_dir, input_shapes=input_shapes, layout=layout)
     rng = np.random.default_rng(seed)
     feeds = {}
@@ -702,8 +695,6 @@ def _time_model(
 
 def _write_outputs(result: ModelTuneResult) -> None:
     """tasks.csv, tasks.md, model_curve.csv and model_curve.png in the work dir."""
-    from .report import write_latency_curve_png
-
     d = result.work_dir
     with open(d / "tasks.csv", "w", newline="") as f:
         w = csv.writer(f)

@@ -1,18 +1,6 @@
-"""The design space: schedule rules applied block by block (paper section 4.3, TVM MetaSchedule).
-
-A *rule* takes a schedule and one of its blocks and returns the schedules it makes of them (none
-changed, one, or several: a fork of the design space). Applying every rule of a target to every
-block gives the *design-space traces*: schedule traces whose tile sizes, compute locations and
-unroll/parallel extents are ``sample_*`` instructions. A candidate program is a design-space trace
-replayed with fresh (or mutated) decisions and then post-processed (:mod:`.postproc`)::
-
-    space = DesignSpace(workloads.get("GMM", 0, "int8").func, hardware.load("host"))
-    len(space.traces)                       # e.g. 3: VNNI tiling with no / level-1 / level-2 write cache
-    cand = space.sample(random.Random(0))   # a Candidate: trace, func (post-processed), key
-    print(cand.trace.as_python())
-
-The rules (TVM names, CPU defaults; a hardware YAML may list them with parameters under
-``search: rules:``, see docs/search.md):
+"""The CPU schedule rules (TVM names; a hardware YAML may list them with parameters under
+``search: rules:``, see docs/search.md). A rule takes a schedule and one of its blocks and returns
+the schedules it makes of them (none changed, one, or several: a fork of the design space):
 
 * ``AutoInline``: inline spatial, non-output producers (padding, casts) into their consumers;
 * ``AddRFactor``: for a reduction with little parallelism, a second space with the reduction
@@ -27,71 +15,43 @@ The rules (TVM names, CPU defaults; a hardware YAML may list them with parameter
   element-wise epilogue computed there instead), one space each;
 * ``ParallelizeVectorizeUnroll``: annotates the root block with the parallel extent, the
   vectorize extent and a sampled unroll step, rewritten into primitives by the postprocessor;
-* ``RandomComputeLocation``: a block no rule tiled is computed at a sampled loop of its consumer.
+* ``RandomComputeLocation``: a block no rule tiled is computed at a sampled loop of its consumer;
+* ``SplitStridePhases`` (a transposed convolution's stride-parity ``Select`` split into dense
+  phase blocks) and ``TileLayoutCopy`` (a copy into a packed layout tiled by the layout's own
+  tiles): not in TVM.
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import random
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
-from ..ir import BufferLoad, BufferStore, IntImm, PrimFunc, Select, Var, post_order_visit, structural_hash
-from ..ir.functor import free_vars
-from ..ir.stmt import Block, IterType
-from ..lower.common import is_const
-from ..schedule import BlockRV, Schedule, ScheduleError, Trace, tile_with_intrin
-from ..target import Hardware, Intrinsic, match
-
-TILING_STRUCTURE = "meta_schedule.tiling_structure"
-AUTO_TENSORIZE = "meta_schedule.auto_tensorize"
-PARALLEL = "meta_schedule.parallel"
-VECTORIZE = "meta_schedule.vectorize"
-UNROLL = "meta_schedule.unroll_explicit"
-
-
-class SearchSpaceError(ValueError):
-    """A rule set or rule parameter that cannot be used (names the rule and the parameter)."""
-
+from ...ir import BufferLoad, BufferStore, IntImm, Select, Var, post_order_visit
+from ...ir.functor import free_vars
+from ...ir.stmt import Block, IterType
+from ...lower.common import is_const
+from ...schedule import BlockRV, Schedule, ScheduleError, tile_with_intrin
+from ...target import Intrinsic, match
+from .rule import (
+    AUTO_TENSORIZE,
+    PARALLEL,
+    TILING_STRUCTURE,
+    UNROLL,
+    VECTORIZE,
+    ScheduleRule,
+    SearchSpaceError,
+    any_tensorized,
+    extent,
+    in_intrinsic_tile,
+    is_reduction,
+    iter_kinds,
+    trivially_bound,
+)
 
 # --------------------------------------------------------------------------------------------
-# block facts the rules need
-
-
-def _iter_kinds(sch: Schedule, block: BlockRV) -> dict[Var, str]:
-    """loop var -> "S" or "R": the kind of the block iterators each loop is bound to ("R" wins)."""
-    realize, _ = sch._block_realize(block)
-    blk = realize.block
-    kinds: dict[Var, str] = {}
-    for iv, value in zip(blk.iter_vars, realize.iter_values, strict=True):
-        kind = "R" if iv.iter_type == IterType.REDUCE else "S"
-        for v in free_vars(value):
-            if kinds.get(v) != "R":
-                kinds[v] = kind
-    return kinds
-
-
-def _is_reduction(sch: Schedule, block: BlockRV) -> bool:
-    return any(iv.iter_type == IterType.REDUCE for iv in sch.get(block).iter_vars)
-
-
-def _trivially_bound(sch: Schedule, block: BlockRV) -> bool:
-    """Every iterator bound to one distinct loop variable (or a unit one to a constant), all
-    loops of constant extent."""
-    realize, _ = sch._block_realize(block)
-    loops = [sch.get(lp) for lp in sch.get_loops(block)]
-    loop_vars = {lp.loop_var for lp in loops}
-    seen = set()
-    for value in realize.iter_values:
-        if isinstance(value, IntImm):
-            continue  # a unit iterator bound to its only value
-        if not (isinstance(value, Var) and value in loop_vars) or value in seen:
-            return False
-        seen.add(value)
-    return all(isinstance(lp.extent, IntImm) for lp in loops)
+# block facts only the CPU rules ask
 
 
 def _perfectly_nested(sch: Schedule, block: BlockRV) -> bool:
@@ -130,18 +90,6 @@ def _reduces_rows(sch: Schedule, block: BlockRV) -> bool:
 def _is_output(sch: Schedule, block: BlockRV) -> bool:
     params = {b.name for b in sch.func.buffers}
     return any(r.buffer.name in params for r in sch.get(block).writes)
-
-
-def _any_tensorized(sch: Schedule, blocks: list[BlockRV]) -> bool:
-    """Whether one of ``blocks`` is (or, annotated for auto-tensorize, will be) an intrinsic's
-    tile: an intrinsic reads its operands directly, so nothing can be inlined into or out of it."""
-    return any(_in_intrinsic_tile(sch, b) or dict(sch.get(b).annotations).get(AUTO_TENSORIZE) for b in blocks)
-
-
-def _in_intrinsic_tile(sch: Schedule, block: BlockRV) -> bool:
-    """Whether the block is the inner block of a tile marked for tensorization."""
-    path = sch._block(block).path
-    return any(isinstance(n, Block) and dict(n.annotations).get(AUTO_TENSORIZE) for n in path[:-1])
 
 
 def _loads_and_lane(blk: Block) -> tuple[dict[str, BufferLoad], Any]:
@@ -185,13 +133,13 @@ def _elementwise_consumer(sch: Schedule, block: BlockRV) -> BlockRV | None:
     to one, that reads the block's output only at its own iterators and writes a buffer of the
     same shape. Computed under a tile, it applies bias, activation or requantization to the tile
     while it is in cache, instead of re-reading the whole output afterwards. None otherwise."""
-    from ..ir import BufferLoad
+    from ...ir import BufferLoad
 
     try:
         consumers = sch.get_consumers(block)
     except ScheduleError:
         return None
-    if len(consumers) != 1 or _is_reduction(sch, consumers[0]) or not _trivially_bound(sch, consumers[0]):
+    if len(consumers) != 1 or is_reduction(sch, consumers[0]) or not trivially_bound(sch, consumers[0]):
         return None
     blk, epi = sch.get(block), sch.get(consumers[0])
     if len(blk.writes) != 1 or len(epi.writes) != 1:
@@ -235,7 +183,7 @@ def _is_plain_copy(block: Block) -> bool:
 def _feeds_reduction(sch: Schedule, block: BlockRV) -> bool:
     """Whether a consumer of the block is a reduction (or one cannot be told)."""
     try:
-        return any(_is_reduction(sch, c) for c in sch.get_consumers(block))
+        return any(is_reduction(sch, c) for c in sch.get_consumers(block))
     except ScheduleError:
         return True
 
@@ -247,54 +195,8 @@ def _has_select(block: Block) -> bool:
     return bool(found)
 
 
-def _extent(sch: Schedule, loop: Any) -> int:
-    ext = sch.get(loop).extent
-    return ext.value if isinstance(ext, IntImm) else -1
-
-
 # --------------------------------------------------------------------------------------------
 # rules
-
-
-class ScheduleRule:
-    """A rule: ``apply(sch, block)`` returns the schedules it makes (``[sch]`` when it does not apply).
-
-    Rules may change ``sch`` in place when they return exactly it; a rule that forks copies."""
-
-    name = "ScheduleRule"
-    params: dict[str, Any] = {}
-    rewrites_program = False  # True: applied once to every block before the others (returns one schedule)
-
-    def __init__(self, **params: Any) -> None:
-        self.check_params(params)
-        self.config = {**type(self).params, **{k: list(v) if isinstance(v, tuple) else v for k, v in params.items()}}
-
-    @classmethod
-    def check_params(cls, params: dict[str, Any]) -> None:
-        """SearchSpaceError naming the parameter when ``params`` has an unknown name or wrong type."""
-        allowed = cls.params
-        for key, value in params.items():
-            if key not in allowed:
-                known = ", ".join(allowed) or "none"
-                raise SearchSpaceError(f"rule {cls.name} has no parameter {key!r}; its parameters are: {known}")
-            default = allowed[key]
-            if isinstance(default, list):
-                ok = isinstance(value, list | tuple) and all(
-                    isinstance(v, type(default[0])) and not isinstance(v, bool) for v in value
-                )
-                what = f"a list of {type(default[0]).__name__}"
-            else:
-                ok = isinstance(value, type(default)) and (isinstance(default, bool) or not isinstance(value, bool))
-                what = f"a {type(default).__name__}"
-            if not ok:
-                raise SearchSpaceError(f"rule {cls.name} parameter {key} must be {what}, got {value!r}")
-
-    def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        raise NotImplementedError
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
-        return f"{self.name}({args})"
 
 
 class SplitStridePhases(ScheduleRule):
@@ -307,7 +209,7 @@ class SplitStridePhases(ScheduleRule):
     rewrites_program = True
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        from ..transform import has_stride_phases
+        from ...transform import has_stride_phases
 
         if not has_stride_phases(sch.get(block)):
             return [sch]
@@ -339,12 +241,12 @@ class AutoInline(ScheduleRule):
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         blk = sch.get(block)
-        if _is_reduction(sch, block) or dict(blk.annotations).get(TILING_STRUCTURE) or blk.name == "root":
+        if is_reduction(sch, block) or dict(blk.annotations).get(TILING_STRUCTURE) or blk.name == "root":
             return [sch]
 
         def tensorized(neighbours: Any) -> bool:
             try:
-                return _any_tensorized(sch, neighbours(block))
+                return any_tensorized(sch, neighbours(block))
             except ScheduleError:
                 return False
 
@@ -381,15 +283,15 @@ class AddRFactor(ScheduleRule):
         self.cores = cores
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        if not _is_reduction(sch, block) or not _trivially_bound(sch, block):
+        if not is_reduction(sch, block) or not trivially_bound(sch, block):
             return [sch]
-        kinds = _iter_kinds(sch, block)
+        kinds = iter_kinds(sch, block)
         loops = sch.get_loops(block)
-        spatial = math.prod(_extent(sch, lp) for lp in loops if kinds.get(sch.get(lp).loop_var) == "S")
+        spatial = math.prod(extent(sch, lp) for lp in loops if kinds.get(sch.get(lp).loop_var) == "S")
         reduce = [lp for lp in loops if kinds.get(sch.get(lp).loop_var) == "R"]
         if not reduce or spatial >= self.config["max_jobs_per_core"] * self.cores:
             return [sch]
-        if math.prod(_extent(sch, lp) for lp in reduce) < 64:
+        if math.prod(extent(sch, lp) for lp in reduce) < 64:
             return [sch]
         # the reduction loops must be innermost and consecutive to fuse them
         if loops[-len(reduce) :] != reduce:
@@ -453,11 +355,11 @@ class MultiLevelTiling(ScheduleRule):
 
     def applies(self, sch: Schedule, block: BlockRV) -> bool:
         blk = sch.get(block)
-        if dict(blk.annotations).get(TILING_STRUCTURE) or not _is_reduction(sch, block):
+        if dict(blk.annotations).get(TILING_STRUCTURE) or not is_reduction(sch, block):
             return False
-        if _in_intrinsic_tile(sch, block):
+        if in_intrinsic_tile(sch, block):
             return False
-        return _trivially_bound(sch, block) and _perfectly_nested(sch, block)
+        return trivially_bound(sch, block) and _perfectly_nested(sch, block)
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         if not self.applies(sch, block):
@@ -542,7 +444,7 @@ class MultiLevelTiling(ScheduleRule):
     def tile(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         """Tile ``block`` (its loops bound one to one to its iterators) and fork the write cache."""
         structure = self.config["structure"]
-        kinds = _iter_kinds(sch, block)
+        kinds = iter_kinds(sch, block)
         groups: list[list[Any]] = [[] for _ in structure]
         s_levels = [p for p, c in enumerate(structure) if c == "S"]
         r_levels = [p for p, c in enumerate(structure) if c == "R"]
@@ -550,10 +452,10 @@ class MultiLevelTiling(ScheduleRule):
         for loop in sch.get_loops(block):
             var = sch.get(loop).loop_var
             levels = r_levels if kinds.get(var) == "R" else s_levels
-            if _extent(sch, loop) == 1 and levels and kinds.get(var) == "R":
+            if extent(sch, loop) == 1 and levels and kinds.get(var) == "R":
                 groups[levels[0]].insert(0, loop)  # a unit reduction loop outermost would stop the parallel fuse
                 continue
-            if _extent(sch, loop) == 1 or not levels:
+            if extent(sch, loop) == 1 or not levels:
                 unit.append(loop)
                 continue
             if len(levels) == 1:
@@ -707,7 +609,7 @@ class RandomComputeLocation(ScheduleRule):
             consumers = sch.get_consumers(block)
         except ScheduleError:
             return [sch]
-        if not consumers or _any_tensorized(sch, consumers):
+        if not consumers or any_tensorized(sch, consumers):
             return [sch]
         fork = sch.copy()
         try:
@@ -722,11 +624,11 @@ def _layout_copy_factors(sch: Schedule, block: BlockRV) -> dict[Var, int] | None
     """For a spatial block that only copies into a layout with ``v // c`` and ``v % c`` indices
     (``dst[..., v // c, ..., v % c] = src[...]``), each such iterator ``v`` with its ``c``, in the
     destination's order; None for any other block."""
-    from ..ir import FloorDiv, FloorMod
+    from ...ir import FloorDiv, FloorMod
 
     blk = sch.get(block)
     body = blk.body
-    if blk.name == "root" or _is_reduction(sch, block):
+    if blk.name == "root" or is_reduction(sch, block):
         return None
     if not (isinstance(body, BufferStore) and isinstance(body.value, BufferLoad)):
         return None
@@ -764,7 +666,7 @@ class TileLayoutCopy(ScheduleRule):
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         blk = sch.get(block)
         factors = _layout_copy_factors(sch, block)
-        if not factors or math.prod(factors.values()) > self.config["max_tile"] or not _trivially_bound(sch, block):
+        if not factors or math.prod(factors.values()) > self.config["max_tile"] or not trivially_bound(sch, block):
             return [sch]
         order_dst = list(factors)
         realize, _ = sch._block_realize(block)
@@ -777,7 +679,7 @@ class TileLayoutCopy(ScheduleRule):
             outer, inner = {}, {}
             for v, c in factors.items():
                 lp = loops[loop_of[v]]
-                if _extent(fork, lp) % c:
+                if extent(fork, lp) % c:
                     return [sch]
                 outer[v], inner[v] = fork.split(lp, [None, c])
             rest = [lp for var, lp in loops.items() if var not in {loop_of[v] for v in factors}]
@@ -788,222 +690,3 @@ class TileLayoutCopy(ScheduleRule):
         except (ScheduleError, KeyError):
             return [sch]
         return [fork]
-
-
-RULES: dict[str, type[ScheduleRule]] = {
-    r.name: r
-    for r in (
-        SplitStridePhases,
-        AutoInline,
-        AddRFactor,
-        MultiLevelTilingWithIntrin,
-        MultiLevelTiling,
-        ParallelizeVectorizeUnroll,
-        RandomComputeLocation,
-        TileLayoutCopy,
-    )
-}
-
-
-def rules_for(hardware: Hardware) -> list[ScheduleRule]:
-    """The rules for a hardware descriptor: its YAML's ``search.rules`` list, else the defaults
-    for its kind (CPU: SplitStridePhases, AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when
-    it lists intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
-    TileLayoutCopy). A rule name or parameter the search does not know is a SearchSpaceError
-    naming the file and the key (``x.yaml: search.rules[2].MultiLevelTiling: ...``)."""
-    if hardware.kind == "gpu" and not (hardware.search and hardware.search.rules):
-        from .gpu import gpu_rules_for
-
-        return gpu_rules_for(hardware)
-    spec = hardware.search
-    listed = spec.rules if spec is not None and spec.rules else None
-    if listed is None:
-        listed = tuple((name, ()) for name in RULES if name != "MultiLevelTilingWithIntrin" or hardware.intrinsics)
-    return [_make_rule(hardware, pos, name, dict(params)) for pos, (name, params) in enumerate(listed)]
-
-
-def _make_rule(hardware: Hardware, pos: int, name: str, kwargs: dict[str, Any]) -> ScheduleRule:
-    where = f"{hardware.source or hardware.name}: search.rules[{pos}]"
-    cls = RULES.get(name)
-    if cls is None:
-        raise SearchSpaceError(f"{where}: unknown schedule rule {name!r}; the rules are: {', '.join(RULES)}")
-    try:
-        cls.check_params(kwargs)
-        if cls is MultiLevelTilingWithIntrin:
-            return cls(intrinsics=hardware.intrinsics, **kwargs)
-        if cls in (AddRFactor, ParallelizeVectorizeUnroll):
-            return cls(cores=hardware.cores, **kwargs)
-        if cls is MultiLevelTiling:
-            return cls(vector_bits=hardware.vector_bits, **kwargs)
-        return cls(**kwargs)
-    except SearchSpaceError as err:
-        raise SearchSpaceError(f"{where}.{name}: {err}") from None
-
-
-# --------------------------------------------------------------------------------------------
-# the design space
-
-
-@dataclass
-class Candidate:
-    """A program of the search: the trace that makes it (design part, ``enter_postproc``, then the
-    postprocessing), the program, and its structural hash (equal programs are one candidate)."""
-
-    trace: Trace
-    func: PrimFunc
-    key: str
-    space: int = 0  # index of the design-space trace it came from
-    features: Any = field(default=None, repr=False)
-
-    @property
-    def design_trace(self) -> Trace:
-        """The design part: sampling decisions included, postprocessing removed."""
-        return self.trace.simplified(remove_postproc=True)
-
-
-def _sampling_fresh(inst: Any, recorded: Any) -> None:
-    return None
-
-
-class DesignSpace:
-    """The design-space traces of ``func`` for ``hardware`` and the way to make candidates of them.
-
-    ``rules`` defaults to :func:`rules_for`; ``postprocs`` to :func:`.postproc.postprocs_for`."""
-
-    def __init__(
-        self,
-        func: PrimFunc,
-        hardware: Hardware,
-        rules: list[ScheduleRule] | None = None,
-        postprocs: list[Any] | None = None,
-        traces: list[Trace] | None = None,
-        max_spaces: int = 16,
-    ) -> None:
-        from .postproc import postprocs_for
-
-        self.func = func
-        self.max_spaces = max_spaces
-        self.hardware = hardware
-        self.rules = rules_for(hardware) if rules is None else rules
-        self.postprocs = postprocs_for(hardware) if postprocs is None else postprocs
-        self.traces = self._generate() if traces is None else list(traces)
-        if not self.traces:
-            raise SearchSpaceError("the rules produced no design space")
-
-    def _generate(self) -> list[Trace]:
-        """Apply every rule to every block, consumers first; a block a rule creates (a packed
-        copy, a write cache, a stride phase) gets the rules too, except AutoInline (which would
-        undo it); the root block's rules run last. Forks multiply over blocks (four phase blocks
-        forking six ways each would make 1296 spaces), so once ``max_spaces`` would be passed a
-        rule's first choice is taken without forking."""
-        root = Schedule(self.func, seed=0, check=False, error_detail="fast", hardware=self.hardware)
-        for rule in self.rules:
-            if rule.rewrites_program:  # whole-program rewrites first: their blocks are the program's
-                for block in _blocks_post_order(root):
-                    (root,) = rule.apply(root, block)
-        initial = [root.get(b).name for b in _blocks_post_order(root)]
-        queue: list[tuple[Schedule, list[str], frozenset[str]]] = [(root, initial, frozenset(initial))]
-        final: list[Schedule] = []
-        while queue:
-            sch, todo, known = queue.pop(0)
-            if not todo:
-                out = [sch]
-                for rule in self.rules:
-                    out = [s for st in out for s in rule.apply(st, st.get_block("root"))]
-                final.extend(out)
-                continue
-            name, rest = todo[0], todo[1:]
-            states = [sch]
-            for rule in self.rules:
-                if (isinstance(rule, AutoInline) and name not in initial) or rule.rewrites_program:
-                    continue
-                nxt: list[Schedule] = []
-                for st in states:
-                    try:
-                        block = st.get_block(name)
-                    except ScheduleError:
-                        nxt.append(st)  # inlined by an earlier rule
-                        continue
-                    forks = rule.apply(st, block)
-                    if len(queue) + len(final) + len(states) + len(nxt) + len(forks) > self.max_spaces:
-                        forks = forks[:1]  # past the cap a block takes its rule's first choice
-                    nxt.extend(forks)
-                states = nxt
-            for st in states:
-                new = [n for n in (st.get(b).name for b in _blocks_post_order(st)) if n not in known]
-                queue.append((st, rest + new, known | set(new)))
-        return [s.trace.simplified() for s in final]
-
-    def _replay(self, trace: Trace, provider: Any, seed: int, error_detail: str = "none") -> Schedule:
-        sch = Schedule(self.func, seed=seed, check=False, error_detail=error_detail, hardware=self.hardware)
-        trace.apply(sch, provider, remove_postproc=True)
-        return sch
-
-    def postprocess(self, sch: Schedule) -> bool:
-        """Run the postprocessors on ``sch`` (after ``enter_postproc``); False when one rejects it."""
-        return self._refusal(sch) is None
-
-    def _refusal(self, sch: Schedule) -> str | None:
-        """Run the postprocessors on ``sch``; why one rejected it, or None when none did."""
-        sch.enter_postproc()
-        for p in self.postprocs:
-            try:
-                if not p.apply(sch):
-                    return f"postprocessor {p.name} rejected it"
-            except ScheduleError as err:
-                return str(err).splitlines()[0]
-        return None
-
-    def _candidate(self, sch: Schedule, space: int) -> Candidate | None:
-        if not self.postprocess(sch):
-            return None
-        return Candidate(sch.trace, sch.func, candidate_key(sch.func), space)
-
-    def sample(self, rng: random.Random) -> Candidate | None:
-        """A fresh candidate: a design-space trace replayed with new random decisions; None when
-        the sample is invalid (a primitive or postprocessor refused it)."""
-        space = rng.randrange(len(self.traces))
-        return self.sample_space(space, rng.randrange(1 << 31))
-
-    def sample_space(self, space: int, seed: int) -> Candidate | None:
-        """A fresh candidate of design-space trace ``space`` with decisions drawn from ``seed``."""
-        try:
-            sch = self._replay(self.traces[space], _sampling_fresh, seed)
-        except (ScheduleError, ValueError):
-            return None
-        return self._candidate(sch, space)
-
-    def why_invalid(self, space: int, seed: int) -> str | None:
-        """Why the sample of design-space trace ``space`` drawn from ``seed`` is invalid (the
-        refusing primitive's or postprocessor's message), or None when it is valid."""
-        try:
-            sch = self._replay(self.traces[space], _sampling_fresh, seed, error_detail="fast")
-        except (ScheduleError, ValueError) as err:
-            return str(err).splitlines()[0]
-        return self._refusal(sch)
-
-    def replay(self, design_trace: Trace, space: int = 0) -> Candidate | None:
-        """The candidate of a design trace with its recorded decisions (None when invalid)."""
-        try:
-            sch = self._replay(design_trace, None, 0)
-        except (ScheduleError, ValueError):
-            return None
-        return self._candidate(sch, space)
-
-
-def candidate_key(func: PrimFunc) -> str:
-    """A candidate's key: the structural hash of its final function as 16 hex digits."""
-    return format(structural_hash(func) & ((1 << 64) - 1), "016x")
-
-
-def _blocks_post_order(sch: Schedule) -> list[BlockRV]:
-    """Every block under the root, consumers first (TVM's PostOrderApply visiting order)."""
-    out: list[BlockRV] = []
-
-    def visit(parent: Any) -> None:
-        for child in sch.get_child_blocks(parent):
-            visit(child)
-            out.append(child)
-
-    visit(sch.get_block("root"))
-    return out[::-1]

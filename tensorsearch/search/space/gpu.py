@@ -42,17 +42,14 @@ the descriptor's ``gpu:`` limits is rejected before it is built.
 
 from __future__ import annotations
 
-import contextlib
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir import BufferLoad, BufferStore, IntImm
-from ..schedule import BlockRV, Schedule, ScheduleError
-from ..target import Hardware, IntrinsicSet, Unit
-from .space import ScheduleRule, _extent, _is_reduction, _iter_kinds, _trivially_bound
-
-COOPERATIVE_FETCH = "meta_schedule.cooperative_fetch"
-THREAD_EXTENTS = ("threadIdx.x", "threadIdx.y", "threadIdx.z")
+from ...ir import IntImm
+from ...schedule import BlockRV, Schedule, ScheduleError
+from ...target import Hardware, IntrinsicSet, Unit
+from .cpu import AutoInline
+from .rule import COOPERATIVE_FETCH, ScheduleRule, extent, is_reduction, iter_kinds, trivially_bound
 
 
 def _unit_for(hw: Hardware, sch: Schedule, block: BlockRV) -> tuple[IntrinsicSet, Unit] | None:
@@ -76,16 +73,16 @@ def _unit_for(hw: Hardware, sch: Schedule, block: BlockRV) -> tuple[IntrinsicSet
 def _gemm_loops(sch: Schedule, block: BlockRV) -> tuple[list[Any], Any, Any, Any] | None:
     """(unit loops, i, j, k) when the block's loops are unit loops, two spatial loops and one
     reduction loop, each a multiple of 16; else None."""
-    kinds = _iter_kinds(sch, block)
+    kinds = iter_kinds(sch, block)
     units, spatial, reduce = [], [], []
     for loop in sch.get_loops(block):
-        if _extent(sch, loop) == 1:
+        if extent(sch, loop) == 1:
             units.append(loop)
         elif kinds.get(sch.get(loop).loop_var) == "R":
             reduce.append(loop)
         else:
             spatial.append(loop)
-    if len(spatial) != 2 or len(reduce) != 1 or any(_extent(sch, lp) % 16 for lp in (*spatial, *reduce)):
+    if len(spatial) != 2 or len(reduce) != 1 or any(extent(sch, lp) % 16 for lp in (*spatial, *reduce)):
         return None
     return units, spatial[0], spatial[1], reduce[0]
 
@@ -169,7 +166,7 @@ def as_gemm(sch: Schedule, block: BlockRV) -> Gemm | None:
 
 
 def _vars_of(region: Any) -> set[Any]:
-    from ..ir.functor import free_vars
+    from ...ir.functor import free_vars
 
     return {v for r in region.region for v in free_vars(r.min)}
 
@@ -208,7 +205,7 @@ class MultiLevelTilingTensorCore(ScheduleRule):
         self.hardware = hardware
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
-        if self.hardware is None or not _is_reduction(sch, block) or not _trivially_bound(sch, block):
+        if self.hardware is None or not is_reduction(sch, block) or not trivially_bound(sch, block):
             return [sch]
         unit = _unit_for(self.hardware, sch, block)
         if unit is None:
@@ -228,7 +225,7 @@ class MultiLevelTilingTensorCore(ScheduleRule):
     def _split(self, sch: Schedule, loop: Any, *choices: str) -> list[Any]:
         """``loop`` split into an outer loop and one loop per choice list, each of a size sampled
         among the list's sizes that divide what is left of the loop."""
-        left, factors = _extent(sch, loop), []
+        left, factors = extent(sch, loop), []
         for key in choices:
             sizes = [c for c in self.config[key] if left % c == 0] or [1]
             factors.append(sch.sample_categorical(sizes, [1.0] * len(sizes)))
@@ -308,7 +305,7 @@ class MultiLevelTilingGPU(ScheduleRule):
 
     def apply(self, sch: Schedule, block: BlockRV) -> list[Schedule]:
         blk = sch.get(block)
-        if not _is_reduction(sch, block) or not _trivially_bound(sch, block) or blk.annotations:
+        if not is_reduction(sch, block) or not trivially_bound(sch, block) or blk.annotations:
             return [sch]
         if any(sch.get(lp).thread_binding for lp in sch.get_loops(block)):
             return [sch]  # a rule before this one bound it (the tensor cores)
@@ -320,12 +317,12 @@ class MultiLevelTilingGPU(ScheduleRule):
         return [fork]
 
     def _tile(self, sch: Schedule, block: BlockRV) -> None:
-        kinds = _iter_kinds(sch, block)
+        kinds = iter_kinds(sch, block)
         spatial: list[list[Any]] = [[], [], [], []]
         reduce: list[list[Any]] = [[], []]
         units = []
         for loop in sch.get_loops(block):
-            if _extent(sch, loop) == 1:
+            if extent(sch, loop) == 1:
                 units.append(loop)
             elif kinds.get(sch.get(loop).loop_var) == "R":
                 step = self.config["max_reduction_step"]
@@ -366,7 +363,7 @@ class AutoBind(ScheduleRule):
         loops = sch.get_loops(block)
         if not loops or any(sch.get(lp).thread_binding for lp in loops) or sch.get(block).name == "root":
             return [sch]
-        kinds = _iter_kinds(sch, block)
+        kinds = iter_kinds(sch, block)
         spatial = []
         for loop in loops:
             if kinds.get(sch.get(loop).loop_var) == "R":
@@ -378,7 +375,7 @@ class AutoBind(ScheduleRule):
         try:
             fused = fork.fuse(*spatial) if len(spatial) > 1 else spatial[0]
             fits = [t for t in self.config["thread_extents"] if t <= self.max_threads]
-            threads = [t for t in fits if _extent(fork, fused) % t == 0] or fits[:1]  # whole blocks when possible
+            threads = [t for t in fits if extent(fork, fused) % t == 0] or fits[:1]  # whole blocks when possible
             n = fork.sample_categorical(threads, [1.0] * len(threads))
             bx, tx = fork.split(fused, [None, n])
             fork.bind(bx, "blockIdx.x")
@@ -392,167 +389,11 @@ class AutoBind(ScheduleRule):
 # postprocessors
 
 
-def _own_loops(sch: Schedule, block: BlockRV) -> list[Any]:
-    """The innermost loops around ``block`` that hold nothing else: the copy's own loop nest
-    (how many there are depends on the sampled tile sizes: a unit region gets no loop)."""
-    from ..ir import BlockRealize
-    from ..schedule.tree import walk_nodes
-
-    name = sch.get(block).name
-    own = []
-    for loop in reversed(sch.get_loops(block)):
-        node = sch.get(loop)
-        names = {n.block.name for n in walk_nodes(node.body) if isinstance(n, BlockRealize)}
-        if names != {name} or node.thread_binding:
-            break
-        own.insert(0, loop)
-    return own
-
-
-def _thread_extent(sch: Schedule, tag: str) -> int | None:
-    """The extent of the loops bound to ``tag`` (None: no loop is)."""
-    from ..ir import For
-    from ..schedule.tree import walk_nodes
-
-    for node in walk_nodes(sch.func.body):
-        if isinstance(node, For) and node.thread_binding == tag and isinstance(node.extent, IntImm):
-            return node.extent.value
-    return None
-
-
-class RewriteCooperativeFetch:
-    """Fuse a marked shared-memory copy's loops and split them over the thread block's warps
-    (``threadIdx.y``) and lanes (``threadIdx.x`` = the warp size)."""
-
-    name = "RewriteCooperativeFetch"
-
-    def __init__(self, warp_size: int = 32) -> None:
-        self.warp_size = warp_size
-
-    def apply(self, sch: Schedule) -> bool:
-        from .postproc import _blocks
-
-        warps = _thread_extent(sch, "threadIdx.y") or 1
-        lanes = _thread_extent(sch, "threadIdx.x") or self.warp_size  # WMMA kernels: one warp per unit
-        for block in list(_blocks(sch)):
-            if COOPERATIVE_FETCH not in dict(sch.get(block).annotations):
-                continue
-            copy_loops = _own_loops(sch, block)
-            if not copy_loops:
-                sch.unannotate(block, COOPERATIVE_FETCH)
-                continue
-            threads = warps * lanes
-            total = 1
-            for loop in copy_loops:
-                total *= _extent(sch, loop)
-            bits = sch.get(block).writes[0].buffer.dtype.bits
-            plain = isinstance(sch.get(block).body, BufferStore) and isinstance(sch.get(block).body.value, BufferLoad)
-            width = 1
-            if plain and total % threads == 0:  # else the last round is guarded: elements one at a time
-                width = self._vector_width(bits, total // threads, _extent(sch, copy_loops[-1]))
-            vec = None
-            if width > 1:  # each thread copies whole vectors of one row: split the row first
-                col, vec = sch.split(copy_loops[-1], [None, width])
-                copy_loops = [*copy_loops[:-1], col]
-            fused = sch.fuse(*copy_loops) if len(copy_loops) > 1 else copy_loops[0]
-            if warps > 1:
-                _, ty, tx = sch.split(fused, [None, warps, lanes])
-                sch.bind(ty, "threadIdx.y")
-            else:
-                _, tx = sch.split(fused, [None, lanes])
-            sch.bind(tx, "threadIdx.x")
-            if vec is not None:
-                with contextlib.suppress(ScheduleError):  # bindings the vectorizer refuses: the loop stays serial
-                    sch.vectorize(vec)
-            sch.unannotate(block, COOPERATIVE_FETCH)
-        return True
-
-    @staticmethod
-    def _vector_width(bits: int, per_thread: int, row: int) -> int:
-        """Elements per thread and access: the widest of 128, 64 and 32 bits that divides each
-        thread's share and the copy's rows (so every vector stays inside one row)."""
-        for width in (128, 64, 32):
-            lanes = max(width // bits, 1)
-            if per_thread % lanes == 0 and row % lanes == 0:
-                return lanes
-        return 1
-
-    def __repr__(self) -> str:
-        return f"{self.name}()"
-
-
-class VerifyGPUCode:
-    """Reject a candidate whose thread block exceeds the descriptor's ``gpu:`` limits (module doc)."""
-
-    name = "VerifyGPUCode"
-
-    def __init__(self, hardware: Hardware) -> None:
-        self.hardware = hardware
-
-    def apply(self, sch: Schedule) -> bool:
-        return gpu_limits_error(sch.func, self.hardware) is None
-
-    def __repr__(self) -> str:
-        return f"{self.name}()"
-
-
-def gpu_limits_error(func: Any, hw: Hardware) -> str | None:
-    """Why ``func``'s thread block does not fit ``hw``'s limits (threads, shared memory, registers),
-    or None. Registers are estimated from the WMMA fragments a thread holds (8 32-bit registers a
-    float32 accumulator, 4 a float16 fragment) plus 32 for addresses and loop counters."""
-    from ..codegen.cuda import lower_gpu
-    from ..ir import Allocate, For
-    from ..ir.functor import post_order_visit
-
-    gpu = hw.gpu
-    low = lower_gpu(func, hw)
-    extents: dict[str, int] = {}
-    shared = 0
-    registers = 32
-    fragments = False
-
-    def visit(n: Any) -> None:
-        nonlocal shared, registers, fragments
-        if isinstance(n, For) and (n.thread_binding or "").startswith("threadIdx.") and isinstance(n.extent, IntImm):
-            extents[n.thread_binding] = n.extent.value
-        elif isinstance(n, Allocate):
-            size = 1
-            for x in n.buffer.shape:
-                size *= x.value if isinstance(x, IntImm) else 1
-            if n.buffer.scope == "shared":
-                shared += size * n.buffer.dtype.bits // 8
-            elif n.buffer.scope.startswith("wmma."):
-                fragments = True
-                registers += size // 32 * n.buffer.dtype.bits // 32  # 32 lanes share a fragment
-
-    post_order_visit(low.body, visit)
-    if fragments:
-        extents.setdefault("threadIdx.x", gpu.warp_size)
-    threads = 1
-    for tag in THREAD_EXTENTS:
-        threads *= extents.get(tag, 1)
-    if threads > gpu.max_threads_per_block:
-        return f"{threads} threads per block, more than {gpu.max_threads_per_block}"
-    if shared > gpu.max_shared_memory_per_block:
-        return f"{shared} bytes of shared memory per block, more than {gpu.max_shared_memory_per_block}"
-    if registers > gpu.registers_per_thread or registers * threads > gpu.registers_per_block:
-        return f"about {registers} registers per thread, more than the {gpu.registers_per_thread} allowed"
-    return None
-
-
 def gpu_rules_for(hardware: Hardware) -> list[ScheduleRule]:
     """The rules of a GPU design space, in order (module doc)."""
-    from .space import AutoInline
-
     return [
         MultiLevelTilingTensorCore(hardware=hardware),
         MultiLevelTilingGPU(),
         AutoInline(disallow_select=False),  # one kernel: a padding stage is computed where it is read
         AutoBind(max_threads=hardware.gpu.max_threads_per_block),
     ]
-
-
-def gpu_postprocs_for(hardware: Hardware) -> list[Any]:
-    from .postproc import DisallowDynamicLoop
-
-    return [DisallowDynamicLoop(), RewriteCooperativeFetch(hardware.gpu.warp_size), VerifyGPUCode(hardware)]

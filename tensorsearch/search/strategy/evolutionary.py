@@ -15,7 +15,7 @@ Each round proposes ``num_trials_per_iter`` candidates to measure:
 
 The first round of a task (nothing measured yet) is instead ``init_heuristic`` candidates (at most
 a quarter of the batch; none in a batch under 16) whose tile,
-parallel and unroll decisions come from :mod:`.heuristics` (register tiles, cache-fit tiles,
+parallel and unroll decisions come from :mod:`..space.heuristics` (register tiles, cache-fit tiles,
 parallel extent from the hardware YAML), spread over the design spaces, measured alone: the
 second round's population starts from their measurements, and the cost model has learnt from
 them before it ranks anything.
@@ -42,9 +42,10 @@ from typing import Any
 
 import numpy as np
 
-from .mutator import Mutator, default_mutators, gpu_mutators
+from ..mutator import Mutator, default_mutators, gpu_mutators
+from ..space.design import Candidate, DesignSpace
+from ..space.heuristics import heuristic_traces
 from .parallel import fewer_collections
-from .space import Candidate, DesignSpace
 
 
 @dataclass(frozen=True)
@@ -180,8 +181,6 @@ class EvolutionarySearch:
         """Up to ``n`` analytic decision sets of one design-space trace, alternating the sampled
         compute locations inline (a padding stage read through its ``Select``) and at the root
         (padded once before the kernel): which is faster depends on the operator (docs/search.md)."""
-        from .heuristics import heuristic_traces
-
         hw, func = self.space.hardware, self.space.func
         inline = heuristic_traces(trace, func, hw, n, seed)
         if not any(inst.kind.name == "sample_compute_location" for inst in trace.insts):

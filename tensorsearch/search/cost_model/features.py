@@ -5,7 +5,7 @@ In the spirit of TVM MetaSchedule's ``PerStoreFeature`` (164 features per ``Buff
 (program order), ``len(FEATURE_NAMES)`` float32 columns, every count scaled by
 ``slog(x) = log2(1 + |x|)`` as TVM does::
 
-    from tensorsearch.search.features import FEATURE_NAMES, extract_features, candidate_vector
+    from tensorsearch.search.cost_model.features import FEATURE_NAMES, extract_features, candidate_vector
     rows = extract_features(sch.func)          # (n_stores, 169) float32
     vec = candidate_vector(rows)               # (CANDIDATE_LENGTH,) for the gradient-boosted model
     rows[:, FEATURE_NAMES.index("vec_prod")]   # log2(1 + product of the vectorized extents)
@@ -78,8 +78,8 @@ from typing import Any
 
 import numpy as np
 
-from ..codegen.llvm import SERIAL_WORK, loop_work
-from ..ir import (
+from ...codegen.parallel import SERIAL_WORK, loop_work
+from ...ir import (
     EQ,
     GE,
     GT,
@@ -122,8 +122,8 @@ from ..ir import (
     Sub,
     Var,
 )
-from ..lower import lower_init, lower_intrin
-from ..lower.blocks import lower_blocks
+from ...lower import lower_init, lower_intrin
+from ...lower.blocks import lower_blocks
 
 __all__ = [
     "CACHE_LINE_BYTES",
@@ -481,7 +481,7 @@ class _Loop:
 
 def _runs_as(node: For) -> ForKind:
     """How the loop runs: a GPU thread binding as a parallel loop, and a CPU parallel loop too small
-    for a second thread serially, on the caller (``codegen.llvm.SERIAL_WORK``)."""
+    for a second thread serially, on the caller (``codegen.parallel.SERIAL_WORK``)."""
     if node.kind == ForKind.THREAD_BINDING:
         return ForKind.PARALLEL
     if node.kind == ForKind.PARALLEL and loop_work(node) < SERIAL_WORK:

@@ -6,7 +6,7 @@ design-space trace and the hardware, :func:`heuristic_traces` replays the trace 
 every ``sample_perfect_tile`` of a block tiled by ``MultiLevelTiling`` (``SSRSRS``) and the
 ``sample_categorical`` of the parallel and unroll annotations::
 
-    from tensorsearch.search.heuristics import heuristic_traces
+    from tensorsearch.search.space.heuristics import heuristic_traces
     space = DesignSpace(workloads.get("GMM", 3, "int8").func, hardware.load("x86-znver4"))
     for trace in heuristic_traces(space.traces[0], space.func, space.hardware, variants=4):
         cand = space.replay(trace, 0)           # a valid program (None if a postprocessor refused)
@@ -59,12 +59,12 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ..ir import IntImm, PrimFunc, Var
-from ..ir.functor import free_vars, substitute
-from ..schedule import Schedule, ScheduleError, Trace
-from ..schedule.trace import _flatten_outputs, _map_rvs
-from ..target import Hardware
-from .space import PARALLEL, TILING_STRUCTURE, UNROLL, _any_tensorized, _is_reduction, _iter_kinds
+from ...ir import IntImm, PrimFunc, Var
+from ...ir.functor import free_vars, substitute
+from ...schedule import Schedule, ScheduleError, Trace
+from ...schedule.trace import flatten_outputs, map_rvs
+from ...target import Hardware
+from .rule import PARALLEL, TILING_STRUCTURE, UNROLL, any_tensorized, is_reduction, iter_kinds
 
 __all__ = ["MachineModel", "heuristic_traces"]
 
@@ -111,7 +111,7 @@ def _whole_vectors(n: int, limit: float, per_vector: float) -> int:
 
 
 def _const(expr: Any) -> int | None:
-    from ..arith import simplify
+    from ...arith import simplify
 
     e = simplify(expr)
     return e.value if isinstance(e, IntImm) else None
@@ -135,7 +135,7 @@ class _Block:
     def __init__(self, sch: Schedule, block: Any, model: MachineModel) -> None:
         realize, _ = sch._block_realize(block)
         blk = realize.block
-        kinds = _iter_kinds(sch, block)
+        kinds = iter_kinds(sch, block)
         var_of_loop = {
             v: iv.var for iv, v in zip(blk.iter_vars, realize.iter_values, strict=True) if isinstance(v, Var)
         }
@@ -385,7 +385,7 @@ class _Decider:
             # a pack an intrinsic reads cannot be inlined, and goes to the root
             if self.compute_root or _feeds_an_intrinsic(sch, kwargs["block"]):
                 return -1
-            if _is_reduction(sch, kwargs["block"]):
+            if is_reduction(sch, kwargs["block"]):
                 return _deepest_without_recompute(sch, kwargs["block"])
             return -2
         if name == "sample_categorical" and inst.outputs:
@@ -450,7 +450,7 @@ def _feeds_an_intrinsic(sch: Schedule, block: Any) -> bool:
     """Whether a consumer of ``block`` is (or will be) tensorized, so that a padding stage cannot
     be inlined into it (True when the consumers cannot be told)."""
     try:
-        return _any_tensorized(sch, sch.get_consumers(block))
+        return any_tensorized(sch, sch.get_consumers(block))
     except ScheduleError:
         return True
 
@@ -475,10 +475,10 @@ def heuristic_trace(
         for inst in trace.insts:
             if inst.kind.name == "enter_postproc":
                 break
-            kwargs = {k: _map_rvs(v, lambda rv: mapping[id(rv)]) for k, v in inst.args}
+            kwargs = {k: map_rvs(v, lambda rv: mapping[id(rv)]) for k, v in inst.args}
             if inst.kind.sampling:
                 kwargs["decision"] = decider.decide(sch, inst, kwargs, blocks)
-            outputs = _flatten_outputs(getattr(sch, inst.kind.name)(**kwargs))
+            outputs = flatten_outputs(getattr(sch, inst.kind.name)(**kwargs))
             for old, new in zip(inst.outputs, outputs, strict=True):
                 mapping[id(old)] = new
                 if type(new).__name__ == "BlockRV":

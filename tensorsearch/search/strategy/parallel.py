@@ -2,7 +2,7 @@
 
 A job is ``("sample", space_index, seed)`` (a fresh sample of a design-space trace) or
 ``("replay", design_trace, space_index)`` (a mutant or a measured trace). ``evaluate(jobs)``
-returns, in job order, a :class:`~.space.Candidate` with its features, or None for an invalid one.
+returns, in job order, a :class:`~.design.Candidate` with its features, or None for an invalid one.
 
 :class:`LocalEvaluator` runs the jobs here. :class:`RayEvaluator` keeps one actor per CPU of the
 cluster, each holding the design space, and sends each a contiguous share of the jobs (traces
@@ -19,14 +19,14 @@ import gc
 from collections.abc import Iterator
 from typing import Any
 
-from ..ir import PrimFunc
-from ..schedule import Trace
-from ..target import Hardware
-from .space import Candidate, DesignSpace
+from ...ir import PrimFunc
+from ...schedule import Trace
+from ...target import Hardware
+from ..space.design import Candidate, DesignSpace
 
 
 def _features(func: Any) -> Any:
-    from .features import extract_features
+    from ..cost_model.features import extract_features
 
     return extract_features(func)
 
@@ -103,7 +103,7 @@ class _Worker:
     """A search actor: the design space of one task, making and featurizing its candidates."""
 
     def __init__(self, func: PrimFunc, hardware: Hardware, traces_json: list[str], niceness: int | None = None) -> None:
-        from .measure import take_niceness
+        from ..measure.cluster import take_niceness
 
         take_niceness(niceness)  # the driver's; where it may not, the node's runner warns
         self.space = DesignSpace(func, hardware, traces=[Trace.from_json(t) for t in traces_json])
@@ -137,7 +137,7 @@ def _spread(workers: int | None) -> list[str]:
     strategy is best effort: for actors that hold no CPU it put two of three on one node."""
     import ray
 
-    from .measure import work_nodes
+    from ..measure.cluster import work_nodes
 
     nodes, _ = work_nodes(ray.nodes())
     cpus = {n["NodeID"]: int(n["Resources"]["CPU"]) for n in nodes}
