@@ -22,7 +22,11 @@ def _missing_tool() -> str | None:
     for module in ("venv", "pip", "setuptools"):
         if find_spec(module) is None:
             return f"the {module} module is not installed"
-    if find_spec("wheel") is None and find_spec("setuptools.command.bdist_wheel") is None:
+    # asked in a subprocess: importing setuptools here would clash with a distutils already loaded
+    has_bdist_wheel = subprocess.run(
+        [sys.executable, "-c", "import setuptools.command.bdist_wheel"], capture_output=True
+    )
+    if find_spec("wheel") is None and has_bdist_wheel.returncode != 0:
         return "neither the wheel package nor a setuptools with bdist_wheel is installed (pip install wheel)"
     return None
 
