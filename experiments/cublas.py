@@ -36,9 +36,9 @@ def find_cublas() -> str | None:
 
 class Cublas:
     def __init__(self) -> None:
-        from tensorsearch.runtime.cuda import _driver
+        from tensorsearch.runtime.cuda import cuda_driver
 
-        self.drv = _driver()  # the primary context, current: cuBLAS (the runtime API) uses it too
+        self.drv = cuda_driver()  # the primary context, current: cuBLAS (the runtime API) uses it too
         path = find_cublas()
         if path is None:
             raise RuntimeError("libcublas was found neither in the CUDA toolkit nor in an nvidia-cublas wheel")

@@ -27,7 +27,7 @@ from tensorsearch import hardware, workloads
 from tensorsearch.intrin import IntrinsicError, LLVMTileCall, load_intrinsic, match, tile_with_intrin
 from tensorsearch.ir import Call, Evaluate, IntImm, post_order_visit
 from tensorsearch.runtime.module import request_xfeature
-from tensorsearch.runtime.verify import _offering, _program, intrinsics_called, verify_intrinsic
+from tensorsearch.runtime.verify import intrinsic_program, intrinsics_called, offering, verify_intrinsic
 from tensorsearch.schedule import Schedule, TensorizeError
 from tensorsearch.schedule.units import register_blocking, tile_config
 from tensorsearch.script import parse
@@ -266,7 +266,7 @@ def test_verification_runs_each_unit_as_a_whole_where_the_cpu_has_amx():
         assert "lacks +amx-tile" in verdict.detail and len(caught) <= 1  # warned once per process
     for compute in ("amx_tdpbusd_16x16x64", "amx_tdpbf16ps_16x16x32"):  # the program it runs, built here
         mod = ts.build(
-            _program(AMX[compute], _offering(ts.target.native(), AMX)), SPR, jit=False, verify_intrinsics=False
+            intrinsic_program(AMX[compute], offering(ts.target.native(), AMX)), SPR, jit=False, verify_intrinsics=False
         )
         assert re.search(rf"\b{compute.split('_')[1]}\b", mod.assembly)
 

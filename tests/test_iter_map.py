@@ -171,8 +171,8 @@ def test_affine_answers_are_remembered(monkeypatch):
     from tensorsearch.arith import iter_map
 
     computed = []
-    work = iter_map._affine_binding_error
-    monkeypatch.setattr(iter_map, "_affine_binding_error", lambda r, d: computed.append(r) or work(r, d))
+    work = iter_map.uncached_affine_binding_error
+    monkeypatch.setattr(iter_map, "uncached_affine_binding_error", lambda r, d: computed.append(r) or work(r, d))
     realize, loops = _realize("i0 * 16 + i1")
     assert affine_binding_error(realize, loops) is None and len(computed) == 1
     # affinity does not depend on the order of the loops: the answer is found, not worked out
@@ -347,6 +347,6 @@ def test_the_quick_tiling_test_agrees_with_the_full_detection(monkeypatch):
     monkeypatch.setattr(iter_map, "_tiled_bindings", lambda r, d: False)
     for (realize, loops, flawed), fast in zip(cases, quick, strict=True):
         if fast:
-            assert iter_map._affine_binding_error(realize, loops) is None, realize.iter_values
+            assert iter_map.uncached_affine_binding_error(realize, loops) is None, realize.iter_values
         assert fast or flawed, realize.iter_values  # every true tiling is accepted quickly
     assert sum(quick) > 100

@@ -10,10 +10,10 @@ import pytest
 
 from tensorsearch import hardware, workloads
 from tensorsearch.arith import eval_int_set
-from tensorsearch.arith.iter_map import _affine_binding_error, affine_binding_error
+from tensorsearch.arith.iter_map import affine_binding_error, uncached_affine_binding_error
 from tensorsearch.ir import IntImm, Range, Var, structural_hash
 from tensorsearch.schedule import Schedule, ScheduleError, state
-from tensorsearch.schedule.state import _PRIMITIVE_CACHE, clear_primitive_cache, set_primitive_cache_size
+from tensorsearch.schedule.state import PRIMITIVE_CACHE, clear_primitive_cache, set_primitive_cache_size
 from tensorsearch.search.space.design import DesignSpace
 
 DEFAULT_SIZE = state._CACHE_SIZE
@@ -58,11 +58,11 @@ def test_calls_after_enter_postproc_are_not_remembered():
     clear_primitive_cache()
     sch = Schedule(_gemm())
     sch.get_block("Z")
-    remembered = len(_PRIMITIVE_CACHE)
+    remembered = len(PRIMITIVE_CACHE)
     assert remembered > 0
     sch.enter_postproc()
     _tiled(sch)
-    assert len(_PRIMITIVE_CACHE) == remembered + 1  # enter_postproc itself, then nothing
+    assert len(PRIMITIVE_CACHE) == remembered + 1  # enter_postproc itself, then nothing
     assert sch.copy()._postproc
 
 
@@ -110,7 +110,7 @@ def test_fresh_samples_are_not_remembered():
         _, i, _, _ = sch.get_loops(sch.get_block("Z"))
         draws.add(tuple(sch.get(v) for v in sch.sample_perfect_tile(i, n=3, max_innermost_factor=16)))
     assert len(draws) > 1
-    assert not any(key[1] == "sample_perfect_tile" for key in _PRIMITIVE_CACHE)
+    assert not any(key[1] == "sample_perfect_tile" for key in PRIMITIVE_CACHE)
 
 
 def test_cache_size_is_validated_and_bounds_the_cache():
@@ -119,7 +119,7 @@ def test_cache_size_is_validated_and_bounds_the_cache():
     set_primitive_cache_size(3)
     try:
         _tiled(Schedule(_gemm()))
-        assert len(_PRIMITIVE_CACHE) <= 3
+        assert len(PRIMITIVE_CACHE) <= 3
     finally:
         set_primitive_cache_size(DEFAULT_SIZE)
 
@@ -159,7 +159,7 @@ def test_affine_binding_memo_tells_loop_domains_apart():
     narrow = dict(dom)
     first = next(iter(narrow))
     narrow[first] = Range(IntImm(first.dtype, 0), IntImm(first.dtype, 7))  # b has extent 1: now 7
-    assert affine_binding_error(realize, narrow) == _affine_binding_error(realize, narrow)
+    assert affine_binding_error(realize, narrow) == uncached_affine_binding_error(realize, narrow)
     assert affine_binding_error(realize, dom) is None
 
 

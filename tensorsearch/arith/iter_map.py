@@ -586,12 +586,12 @@ def affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None
     try:
         ordered = tuple((v, r.min, r.extent) for v, r in loops.items())
     except AttributeError:  # a domain that is not a Range
-        return _affine_binding_error(realize, loops)
+        return uncached_affine_binding_error(realize, loops)
     parts = (realize.iter_values, realize.predicate, block.iter_vars)  # type: ignore[attr-defined]
     hit = _AFFINE_MEMO.get(parts, frozenset(ordered))
     if hit is not MISSING and (hit[2] is None or hit[:2] == (ordered, block.name)):
         return hit[2]
-    reason = _affine_binding_error(realize, loops)
+    reason = uncached_affine_binding_error(realize, loops)
     _AFFINE_MEMO.put(parts, frozenset(ordered), (ordered, block.name, reason))
     return reason
 
@@ -638,7 +638,8 @@ def _tiled_bindings(realize: object, loops: dict[Var, Range]) -> bool:
     return True
 
 
-def _affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:
+def uncached_affine_binding_error(realize: object, loops: dict[Var, Range]) -> str | None:
+    """``affine_binding_error`` worked out again, without its memo."""
     block = realize.block  # type: ignore[attr-defined]
     if _tiled_bindings(realize, loops):
         return None

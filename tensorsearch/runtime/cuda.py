@@ -41,7 +41,7 @@ class CudaRuntimeError(RuntimeError):
 
 
 @cache
-def _driver() -> Any:
+def cuda_driver() -> Any:
     """pycuda.driver, initialised, with device 0's primary context current on this thread."""
     try:
         import pycuda.driver as drv
@@ -61,7 +61,7 @@ def _driver() -> Any:
 
 def device_compute_capability() -> tuple[int, int]:
     """The compute capability of GPU 0 (CudaRuntimeError when it cannot be run on)."""
-    return _driver().Device(0).compute_capability()
+    return cuda_driver().Device(0).compute_capability()
 
 
 class CudaModule:
@@ -122,7 +122,7 @@ class CudaModule:
     # running -----------------------------------------------------------------------------
     def _loaded(self) -> Any:
         if self._function is None:
-            drv = _driver()
+            drv = cuda_driver()
             have = device_compute_capability()
             digits = self.sm.removeprefix("sm_")
             want = (int(digits[:-1]), int(digits[-1]))
@@ -139,7 +139,7 @@ class CudaModule:
 
     def _upload(self, args: Sequence[Any]) -> tuple[list[Any], list[Any]]:
         """Device copies of the (checked) array arguments, typed scalars for the others, and the allocations."""
-        drv = _driver()
+        drv = cuda_driver()
         values, allocations = [], []
         for p, a in zip(self.params, args, strict=True):
             if p.kind == "scalar":
@@ -160,7 +160,7 @@ class CudaModule:
         function = self._loaded()
         values, _allocs = self._upload(args)
         self._launch(function, values)
-        drv = _driver()
+        drv = cuda_driver()
         drv.Context.synchronize()
         for p, a, v in zip(self.params, args, values, strict=True):
             if p.kind == "buffer" and p.written:
@@ -173,7 +173,7 @@ class CudaModule:
         check_arguments(self.name, self.params, args)
         function = self._loaded()
         values, _allocs = self._upload(args)
-        drv = _driver()
+        drv = cuda_driver()
 
         def run(n: int) -> float:
             start, end = drv.Event(), drv.Event()

@@ -435,7 +435,7 @@ def _difference(
 # running
 
 
-def _program(intr: Intrinsic, target: Hardware) -> PrimFunc:
+def intrinsic_program(intr: Intrinsic, target: Hardware) -> PrimFunc:
     """The semantics tensorized with the intrinsic itself: its only computation is the implementation
     (a unit's compute intrinsic: with the unit, which ``target`` offers)."""
     sch = Schedule(intr.desc_func(), hardware=target)
@@ -456,7 +456,7 @@ def _unit_of(intr: Intrinsic, hw: Hardware | None) -> tuple[IntrinsicSet, Unit] 
     return None
 
 
-def _offering(target: Hardware, iset: IntrinsicSet) -> Hardware:
+def offering(target: Hardware, iset: IntrinsicSet) -> Hardware:
     """``target``, offering ``iset`` too (its unit is looked up there when the program is built)."""
     if any(s.name == iset.name for s in target.intrinsic_sets):
         return target
@@ -473,7 +473,7 @@ def _run(intr: Intrinsic, plan: _Plan, trials: int, seed: int) -> dict[str, Any]
     assert target is not None
     name = "verify_" + re.sub(r"[^A-Za-z0-9_]", "_", intr.name)
     try:
-        mod = build_native(_program(intr, target), target, name, jit=plan.how == "jit")
+        mod = build_native(intrinsic_program(intr, target), target, name, jit=plan.how == "jit")
         obj = mod.object_code() if plan.how == "qemu" else None
     except (RuntimeError, ValueError) as err:  # LLVM's and the code generator's refusals
         return {"ok": False, "detail": f"does not compile for {target.name} ({target.triple}): {_first_line(err)}"}
@@ -525,7 +525,7 @@ def verify_intrinsic(
     where = _where(intr)
     plan = _plan(intr, hw)
     if plan.target is not None and isinstance(intr.impl, LLVMTileCall):
-        plan = dataclasses.replace(plan, target=_offering(plan.target, iset))
+        plan = dataclasses.replace(plan, target=offering(plan.target, iset))
     if plan.target is None:
         if warn:
             warn_not_verified(intr, plan.why_not, stacklevel=stacklevel + 1)

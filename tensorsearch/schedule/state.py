@@ -62,9 +62,9 @@ def primitive(
                 return fn(self, **call)
             key = _cache_key(self, kind, call)
             if key is not None:
-                hit = _PRIMITIVE_CACHE.get(key)
+                hit = PRIMITIVE_CACHE.get(key)
                 if hit is not None and hit.func_before is self.func:
-                    _PRIMITIVE_CACHE.move_to_end(key)
+                    PRIMITIVE_CACHE.move_to_end(key)
                     return self._replay_cached(kind, arg_names, call, hit)
             snapshot = self._snapshot()
             self._depth += 1
@@ -139,7 +139,7 @@ def _output_rvs(result: Any) -> list[RV]:
 # steps (the bench's search kept every hit it had with 16384); more only keeps dead programs
 # alive, and a larger heap makes each full garbage collection slower
 _CACHE_SIZE = 2048
-_PRIMITIVE_CACHE: OrderedDict[tuple, _Remembered] = OrderedDict()
+PRIMITIVE_CACHE: OrderedDict[tuple, _Remembered] = OrderedDict()
 _PLAIN = (str, int, type(None))
 # primitives whose result depends on more than the program and the arguments: tensorize looks a
 # named intrinsic up in the schedule's hardware
@@ -167,13 +167,13 @@ def set_primitive_cache_size(size: int) -> None:
     if isinstance(size, bool) or not isinstance(size, int) or size < 0:
         raise ValueError(f"the primitive cache size must be a non-negative integer, got {size!r}")
     _CACHE_SIZE = size
-    while len(_PRIMITIVE_CACHE) > size:
-        _PRIMITIVE_CACHE.popitem(last=False)
+    while len(PRIMITIVE_CACHE) > size:
+        PRIMITIVE_CACHE.popitem(last=False)
 
 
 def clear_primitive_cache() -> None:
     """Forget every remembered primitive call."""
-    _PRIMITIVE_CACHE.clear()
+    PRIMITIVE_CACHE.clear()
 
 
 class _Unkeyable(Exception):
@@ -257,9 +257,9 @@ def _remember(
     if renames is None or (kind_sampling and state._rng.getstate() != rng_state):
         return  # only sampling primitives draw from the random state
     decision = list(decision) if isinstance(decision, list) else decision
-    _PRIMITIVE_CACHE[key] = _Remembered(func_before, state.func, renames, _template(state, result), decision)
-    if len(_PRIMITIVE_CACHE) > _CACHE_SIZE:
-        _PRIMITIVE_CACHE.popitem(last=False)
+    PRIMITIVE_CACHE[key] = _Remembered(func_before, state.func, renames, _template(state, result), decision)
+    if len(PRIMITIVE_CACHE) > _CACHE_SIZE:
+        PRIMITIVE_CACHE.popitem(last=False)
 
 
 class ScheduleState:
