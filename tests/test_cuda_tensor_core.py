@@ -19,8 +19,10 @@ from tensorsearch.codegen import cuda as cg
 from tensorsearch.interpreter import interpret
 from tensorsearch.ir import Allocate, For, post_order_visit
 from tensorsearch.schedule import LoopKindError, Schedule, TensorizeError
+from tensorsearch.search.mutator import gpu_mutators
 from tensorsearch.search.postproc.gpu import gpu_limits_error
 from tensorsearch.search.space.design import DesignSpace
+from tensorsearch.search.space.kind import SEARCH_KINDS
 
 pytestmark = pytest.mark.filterwarnings("ignore::tensorsearch.target.IntrinsicNotVerified")
 
@@ -321,8 +323,10 @@ def test_the_gpu_search_mutates_the_tile_and_thread_choices():
     children = [space.replay(mutator.apply(cand.design_trace, random.Random(s))) for s in range(6)]
     changed = [c for c in children if c is not None and c.key != cand.key]
     assert len(changed) >= 3
-    assert [m.name for m, _ in SearchConfig().mutators("gpu")] == ["MutateSplitChoice"]
-    assert "MutateSplitChoice" not in [m.name for m, _ in SearchConfig().mutators("cpu")]
+    gpu, cpu = SEARCH_KINDS["gpu"].mutator_probs, SEARCH_KINDS["cpu"].mutator_probs
+    assert [m.name for m, _ in SearchConfig().mutators(gpu)] == ["MutateSplitChoice"]
+    assert [m.name for m, _ in SearchConfig().mutators(gpu)] == [m.name for m in gpu_mutators()]
+    assert "MutateSplitChoice" not in [m.name for m, _ in SearchConfig().mutators(cpu)]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -304,3 +304,48 @@ def test_no_function_is_longer_than_150_lines():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno >= 150:
                 long.append(f"{module}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
     assert not long, "\n".join(long)
+
+
+# --- target kinds: one strategy per kind, looked up in one registry per layer -----------------
+
+# the only modules that may name a kind: each holds a table of per-kind strategies looked up once
+# by ``hardware.kind`` (target's schema of each kind, runtime's Backend, the search's SearchKind)
+KIND_REGISTRIES = {"tensorsearch.target.hardware", "tensorsearch.runtime.backend", "tensorsearch.search.space.kind"}
+KINDS = {"cpu", "gpu"}
+
+
+def _kind_branches(tree: ast.AST) -> list[int]:
+    """Lines that compare something with a kind name (``hw.kind == "gpu"``, ``kind != "cpu"``,
+    ``value in ("cpu", "gpu")``)."""
+
+    def names_kind(e: ast.expr) -> bool:
+        if isinstance(e, ast.Constant):
+            return e.value in KINDS
+        if isinstance(e, (ast.Tuple, ast.List, ast.Set)):
+            return any(names_kind(x) for x in e.elts)
+        return False
+
+    return [
+        n.lineno
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Compare) and any(map(names_kind, [n.left, *n.comparators]))
+    ]
+
+
+def test_only_the_kind_registries_branch_on_a_kind():
+    """Behaviour that differs between CPUs and GPUs comes from the kind's strategy object
+    (``runtime.backend.backend_for``, ``search.space.kind.search_kind_for``), never from a
+    comparison with a kind name elsewhere."""
+    found = [
+        f"{path}:{line}"
+        for module, path in _modules().items()
+        if module not in KIND_REGISTRIES
+        for line in _kind_branches(ast.parse(path.read_text()))
+    ]
+    assert not found, "kind branches outside the kind registries:\n" + "\n".join(found)
+
+
+def test_the_kind_test_sees_a_kind_branch():
+    tree = ast.parse('if hw.kind == "gpu":\n    pass\nok = "gpu" + x\nif value not in ("cpu", "gpu"):\n    pass\n')
+    assert _kind_branches(tree) == [1, 4]
+    assert set(KIND_REGISTRIES) <= set(_modules())

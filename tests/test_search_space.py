@@ -19,7 +19,6 @@ from tensorsearch.ir import Block, ForKind, structural_equal
 from tensorsearch.schedule import Schedule
 from tensorsearch.schedule.tree import walk_stmts
 from tensorsearch.search.mutator import MutateComputeLocation, MutateParallel, MutateTileSize, MutateUnroll
-from tensorsearch.search.postproc.registry import postprocs_for
 from tensorsearch.search.space.cpu import (
     AutoInline,
     MultiLevelTiling,
@@ -28,7 +27,7 @@ from tensorsearch.search.space.cpu import (
     TileLayoutCopy,
 )
 from tensorsearch.search.space.design import DesignSpace
-from tensorsearch.search.space.registry import rules_for
+from tensorsearch.search.space.kind import postprocs_for, rules_for
 from tensorsearch.search.space.rule import AUTO_TENSORIZE, SearchSpaceError
 
 HOST = hardware.load("x86-emeraldrapids")  # a descriptor with VNNI; the programs are built for this CPU

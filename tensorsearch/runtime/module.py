@@ -18,7 +18,8 @@ import time as _time
 from ..ir.dtype import DataType, numpy_dtype
 from ..ir.stmt import PrimFunc
 from ..target import Hardware, host_triple, resolve
-from .cuda import SIDECAR_FORMAT, CudaModule, build_cuda, load_cuda_module
+from .backend import backend_for
+from .cuda import SIDECAR_FORMAT, CudaModule, load_cuda_module
 from .native import (
     LoadedModule,
     Module,
@@ -26,12 +27,9 @@ from .native import (
     is_lowered,
     link_shared,
     load_threadpool,
-    lower_native,
-    module_name,
     request_xfeature,
 )
 from .params import Param, signature
-from .verify import verify_calls
 
 
 def load_module(path: str | os.PathLike) -> LoadedModule | CudaModule:
@@ -70,14 +68,7 @@ def build(
         raise TypeError(f"build needs a PrimFunc, got {type(func).__name__}")
     t0 = _time.perf_counter()
     tgt = resolve(target)
-    if tgt.kind == "gpu":
-        return build_cuda(func, tgt, name)
-    lowered = lower_native(func, tgt)
-    if verify_intrinsics:
-        t1 = _time.perf_counter()
-        verify_calls(lowered, tgt, stacklevel=3)
-        t0 += _time.perf_counter() - t1  # a one-time check, not this program's build time
-    return Module(func, lowered, tgt, module_name(func, name), _time.perf_counter() - t0, jit=jit)
+    return backend_for(tgt).build(func, tgt, name, jit=jit, verify_intrinsics=verify_intrinsics, started=t0)
 
 
 __all__ = [

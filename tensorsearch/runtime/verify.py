@@ -179,7 +179,7 @@ def _requirements_target(intr: Intrinsic, arch: str) -> Hardware:
 def _plan(intr: Intrinsic, hw: Hardware | None) -> _Plan:
     if isinstance(intr.impl, CudaImpl):
         return _Plan(None, why_not=cuda_unverified_reason())
-    if hw is not None and hw.kind == "cpu" and hw.runs_here and intr.requires.why_not(hw) is None:
+    if hw is not None and hw.runs_here and intr.requires.why_not(hw) is None:
         return _Plan(hw, "jit")
     here = native()
     if intr.requires.why_not(here) is None:

@@ -6,7 +6,7 @@ A block made by ``blockize`` is computed by a unit of an intrinsic set (e.g.
 unit's ``compute`` semantics; :func:`unit_statement` builds the sequence (fragments, init, per
 step the loads and the compute, then the store) or raises :class:`UnitError` saying why the tile
 does not fit. ``tensorize`` checks a tile with it at schedule time (:func:`check_unit`) and the
-lowering expands the annotated blocks with it (``tensorsearch.codegen.cuda.lower_units`` into
+lowering expands the annotated blocks with it (``tensorsearch.lower.gpu.lower_units`` into
 CUDA templates, ``tensorsearch.lower.units.lower_units`` into LLVM calls on a CPU's tile
 registers), so both make exactly the same checks.
 """

@@ -144,6 +144,23 @@ GENERIC_CPUS = frozenset({"generic", "x86-64", "x86-64-v2", "x86-64-v3", "x86-64
 
 
 @dataclass(frozen=True)
+class KindSchema:
+    """What a descriptor ``kind`` asks of its YAML, and whether its code runs on the host CPU the
+    descriptor describes (``host_cpu``; a GPU's runs on its device). :data:`KINDS` holds one per
+    kind: the only place ``target`` looks at a kind's name."""
+
+    host_cpu: bool
+    gpu_section: bool  # the ``gpu`` key is required (else it is refused)
+    needs_l3: bool  # ``caches.l3`` is required
+
+
+KINDS: dict[str, KindSchema] = {
+    "cpu": KindSchema(host_cpu=True, gpu_section=False, needs_l3=True),
+    "gpu": KindSchema(host_cpu=False, gpu_section=True, needs_l3=False),
+}
+
+
+@dataclass(frozen=True)
 class CpuIdentity:
     """Which CPU a machine has: what a tuning record keeps of the machine that timed it.
 
@@ -240,7 +257,13 @@ class Hardware:
         feature it enables that this CPU reports it lacks (AVX-512 code on an AVX2 CPU would die
         of an illegal instruction)."""
         triple, _, _ = _host_info()
-        return arch_of(self.triple) == arch_of(triple) and self.kind == "cpu" and not self.missing_here()
+        return arch_of(self.triple) == arch_of(triple) and self.describes_cpu and not self.missing_here()
+
+    @property
+    def describes_cpu(self) -> bool:
+        """Whether this descriptor's code runs on the host CPU it describes (its kind's
+        :attr:`KindSchema.host_cpu`): a CPU descriptor's does, a GPU's runs on its device."""
+        return KINDS[self.kind].host_cpu
 
     def missing_here(self) -> list[str]:
         """The features this descriptor enables that this CPU reports as absent."""
@@ -272,7 +295,7 @@ class Hardware:
         exposes AMX too). A descriptor whose ``cpu`` names no model (:data:`GENERIC_CPUS`, such
         as ``x86-64-v3``) describes every CPU of its architecture that has its features. A GPU
         descriptor describes no CPU, so the CPU never disagrees with it (None)."""
-        if self.kind != "cpu":
+        if not self.describes_cpu:
             return None
         machine = f"an {identity.describe()}"
         if arch_of(self.triple) != arch_of(identity.arch):
@@ -335,8 +358,8 @@ _TRIPLE_RE = re.compile(r"^([a-z0-9_]+)-([a-z0-9_]+)-([a-z0-9_]+)(-[a-z0-9_]+)?$
 
 
 def _kind(value: Any, ctx: Ctx) -> str:
-    if value not in ("cpu", "gpu"):
-        raise ctx.fail('"cpu" or "gpu"', value)
+    if value not in KINDS:
+        raise ctx.fail(" or ".join(f'"{k}"' for k in KINDS), value)
     return value
 
 
@@ -568,11 +591,14 @@ def _init_llvm() -> None:
 
 def _check_kind(hw: Hardware, data: dict[str, Any], ctx: Ctx) -> None:
     """Rules that tie keys together: ``gpu`` exactly for GPUs, ``caches.l3`` for CPUs, sm names."""
-    if hw.kind == "gpu" and hw.gpu is None:
-        raise ctx.child("gpu").message("missing required key for a gpu descriptor (kind: gpu)", MISSING)
-    if hw.kind == "cpu" and hw.gpu is not None:
-        raise ctx.child("gpu").message("a cpu descriptor (kind: cpu) cannot have a gpu section", data["gpu"])
-    if hw.kind == "cpu" and "l3" not in data["caches"]:
+    schema = KINDS[hw.kind]
+    if schema.gpu_section and hw.gpu is None:
+        raise ctx.child("gpu").message(f"missing required key for a {hw.kind} descriptor (kind: {hw.kind})", MISSING)
+    if not schema.gpu_section and hw.gpu is not None:
+        raise ctx.child("gpu").message(
+            f"a {hw.kind} descriptor (kind: {hw.kind}) cannot have a gpu section", data["gpu"]
+        )
+    if schema.needs_l3 and "l3" not in data["caches"]:
         raise ctx.child("caches.l3").message("missing required key for a cpu descriptor; expected keys: l1d, l2, l3")
     if hw.gpu is not None and hw.arch.startswith("nvptx") and hw.cpu.startswith("sm_"):
         cc = hw.gpu.compute_capability
@@ -699,7 +725,7 @@ def host_triple() -> str:
 
 
 def _matches(hw: Hardware, triple: str, cpu: str, features: frozenset[str]) -> bool:
-    if hw.kind != "cpu" or hw.cpu != cpu or arch_of(hw.triple) != arch_of(triple):
+    if not hw.describes_cpu or hw.cpu != cpu or arch_of(hw.triple) != arch_of(triple):
         return False
     return all((f[1:] in features) == (f[0] == "+") for f in hw.features)
 

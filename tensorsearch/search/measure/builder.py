@@ -12,6 +12,7 @@ from functools import cache
 from typing import Any
 
 from ...ir.stmt import PrimFunc
+from ...runtime.backend import backend_for
 from ...target import Hardware
 from ...transform import ConstantSplit, layout_free_params, split_constant_stages
 from .cluster import short_error, take_niceness
@@ -29,8 +30,9 @@ def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> Bui
 
     take_niceness(niceness)
     t0 = time.perf_counter()
-    foreign = target.kind == "cpu" and arch_of(target.triple) != arch_of(host_triple())
-    constants = layout_free_params(func) if target.kind == "cpu" else ()
+    device = backend_for(target).device
+    foreign = not device and arch_of(target.triple) != arch_of(host_triple())
+    constants = () if device else layout_free_params(func)
     split = split_constant_stages(func, constants) if constants and not foreign else None
     try:
         binary, sidecar = _library(split.main if split else func, target, foreign)

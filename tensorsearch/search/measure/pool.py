@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...runtime.backend import backend_for
 from ...target import CpuIdentity, Hardware, load
 from .cluster import other_cpu, timing_refusal
 from .results import MeasureStopped
@@ -65,7 +66,7 @@ class RunnerPool:
 
     def __init__(self, hardware: Hardware | str | os.PathLike, seed: int = 0, allow_other_cpu: bool = False) -> None:
         self.hardware = load(hardware)
-        self.gpu = self.hardware.kind == "gpu"
+        self.gpu = backend_for(self.hardware).device
         self.seed = seed
         self.allow_other_cpu = allow_other_cpu
         self.niceness = os.getpriority(os.PRIO_PROCESS, 0)  # the driver's: the runners take it

@@ -121,9 +121,9 @@ def gpu_limits_error(func: Any, hw: Hardware) -> str | None:
     """Why ``func``'s thread block does not fit ``hw``'s limits (threads, shared memory, registers),
     or None. Registers are estimated from the WMMA fragments a thread holds (8 32-bit registers a
     float32 accumulator, 4 a float16 fragment) plus 32 for addresses and loop counters."""
-    from ...codegen.cuda import lower_gpu
     from ...ir import Allocate, For
     from ...ir.functor import post_order_visit
+    from ...lower.gpu import lower_gpu
 
     gpu = hw.gpu
     low = lower_gpu(func, hw)

@@ -1,17 +1,15 @@
-"""The postprocessors a hardware gets, in order: :mod:`.cpu`'s for a CPU, :mod:`.gpu`'s for a GPU."""
+"""The postprocessors of a CPU, in order (a GPU's: :func:`.gpu.gpu_postprocs_for`;
+``search.space.kind`` picks by the hardware's kind)."""
 
 from __future__ import annotations
 
 from ...target import Hardware
 from .common import DisallowDynamicLoop, Postproc
 from .cpu import RewriteParallelVectorizeUnroll, RewriteReductionBlock, RewriteTensorize
-from .gpu import gpu_postprocs_for
 
 
-def postprocs_for(hardware: Hardware) -> list[Postproc]:
-    """The postprocessors of the hardware's kind, in order (GPU: :func:`.gpu.gpu_postprocs_for`)."""
-    if hardware.kind == "gpu":
-        return gpu_postprocs_for(hardware)
+def cpu_postprocs_for(hardware: Hardware) -> list[Postproc]:
+    """The postprocessors of a CPU, in order."""
     return [
         DisallowDynamicLoop(),
         RewriteReductionBlock(),

@@ -23,9 +23,8 @@ from typing import Any
 from ...ir import PrimFunc, structural_hash
 from ...schedule import BlockRV, Schedule, ScheduleError, Trace
 from ...target import Hardware
-from ..postproc.registry import postprocs_for
 from .cpu import AutoInline
-from .registry import rules_for
+from .kind import SearchKind, postprocs_for, rules_for, search_kind_for
 from .rule import ScheduleRule, SearchSpaceError
 
 
@@ -67,6 +66,7 @@ class DesignSpace:
         self.func = func
         self.max_spaces = max_spaces
         self.hardware = hardware
+        self.kind: SearchKind = search_kind_for(hardware)
         self.rules = rules_for(hardware) if rules is None else rules
         self.postprocs = postprocs_for(hardware) if postprocs is None else postprocs
         self.traces = self._generate() if traces is None else list(traces)

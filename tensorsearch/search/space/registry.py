@@ -1,6 +1,6 @@
-"""The rules a hardware gets: the registry of rule names a descriptor's ``search: rules:`` may
-list (:data:`RULES`), and :func:`rules_for`, its list or the defaults of its kind (CPU rules from
-:mod:`.cpu`, GPU rules from :mod:`.gpu`).
+"""The registry of rule names a descriptor's ``search: rules:`` may list (:data:`RULES`):
+:func:`listed_rules`, a descriptor's list, and :func:`cpu_rules_for`, a CPU's defaults
+(:func:`.kind.rules_for` picks between them and the GPU's defaults).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from .cpu import (
     SplitStridePhases,
     TileLayoutCopy,
 )
-from .gpu import gpu_rules_for
 from .rule import ScheduleRule, SearchSpaceError
 
 RULES: dict[str, type[ScheduleRule]] = {
@@ -36,19 +35,22 @@ RULES: dict[str, type[ScheduleRule]] = {
 }
 
 
-def rules_for(hardware: Hardware) -> list[ScheduleRule]:
-    """The rules for a hardware descriptor: its YAML's ``search.rules`` list, else the defaults
-    for its kind (CPU: SplitStridePhases, AutoInline, AddRFactor, MultiLevelTilingWithIntrin (when
-    it lists intrinsics), MultiLevelTiling, ParallelizeVectorizeUnroll, RandomComputeLocation,
-    TileLayoutCopy). A rule name or parameter the search does not know is a SearchSpaceError
-    naming the file and the key (``x.yaml: search.rules[2].MultiLevelTiling: ...``)."""
-    if hardware.kind == "gpu" and not (hardware.search and hardware.search.rules):
-        return gpu_rules_for(hardware)
+def listed_rules(hardware: Hardware) -> list[ScheduleRule] | None:
+    """The rules its YAML's ``search.rules`` lists, None when it lists none. A rule name or
+    parameter the search does not know is a SearchSpaceError naming the file and the key
+    (``x.yaml: search.rules[2].MultiLevelTiling: ...``)."""
     spec = hardware.search
-    listed = spec.rules if spec is not None and spec.rules else None
-    if listed is None:
-        listed = tuple((name, ()) for name in RULES if name != "MultiLevelTilingWithIntrin" or hardware.intrinsics)
-    return [_make_rule(hardware, pos, name, dict(params)) for pos, (name, params) in enumerate(listed)]
+    if spec is None or not spec.rules:
+        return None
+    return [_make_rule(hardware, pos, name, dict(params)) for pos, (name, params) in enumerate(spec.rules)]
+
+
+def cpu_rules_for(hardware: Hardware) -> list[ScheduleRule]:
+    """The default rules of a CPU: SplitStridePhases, AutoInline, AddRFactor,
+    MultiLevelTilingWithIntrin (when it lists intrinsics), MultiLevelTiling,
+    ParallelizeVectorizeUnroll, RandomComputeLocation, TileLayoutCopy."""
+    names = [name for name in RULES if name != "MultiLevelTilingWithIntrin" or hardware.intrinsics]
+    return [_make_rule(hardware, pos, name, {}) for pos, name in enumerate(names)]
 
 
 def _make_rule(hardware: Hardware, pos: int, name: str, kwargs: dict[str, Any]) -> ScheduleRule:

@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from ..mutator import Mutator, default_mutators, gpu_mutators
+from ..mutator import Mutator, default_mutators
 from ..space.design import Candidate, DesignSpace
 from ..space.heuristics import heuristic_traces
 from .parallel import fewer_collections
@@ -94,13 +94,13 @@ class SearchConfig:
             raise ValueError(f"SearchConfig has no parameter {', '.join(sorted(unknown))}; its parameters are: {known}")
         return replace(self, **changes)
 
-    def mutators(self, kind: str = "cpu") -> list[tuple[Mutator, float]]:
-        """The mutators and their probabilities; for a GPU design space (``kind="gpu"``) with the
-        default probabilities, :func:`.mutator.gpu_mutators`."""
+    def mutators(self, defaults: tuple[tuple[str, float], ...] | None = None) -> list[tuple[Mutator, float]]:
+        """The mutators and their probabilities; with the default ``mutator_probs``, a design
+        space kind's own ``defaults`` where it has them (a GPU's: ``SearchKind.mutator_probs``)."""
         by_name = {m.name: m for m in default_mutators()}
         probs = self.mutator_probs
-        if kind == "gpu" and probs == SearchConfig().mutator_probs:
-            probs = tuple((m.name, p) for m, p in gpu_mutators().items())
+        if defaults is not None and probs == SearchConfig().mutator_probs:
+            probs = defaults
         out = []
         for name, p in probs:
             if name not in by_name:
@@ -137,7 +137,7 @@ class EvolutionarySearch:
         self.config = config
         self.rng = random.Random(seed)
         self.evaluator = evaluator
-        self.mutators = config.mutators(space.hardware.kind)
+        self.mutators = config.mutators(space.kind.mutator_probs)
 
     # ---------------------------------------------------------------------------------
     def _fresh(self, n: int, exclude: set[str], stats: RoundStats) -> list[Candidate]:

@@ -45,6 +45,7 @@ from ...ir import (
     PrimFunc,
 )
 from ...runtime import Module, build
+from ...runtime.backend import backend_for
 from ...runtime.verify import verify_hardware
 from ...schedule import Schedule, Trace
 from ...target import Hardware, load
@@ -133,7 +134,7 @@ def check_runs_here(hw: Hardware, address: str | None, allow_other_cpu: bool = F
     ``hw`` describes (``Hardware.why_not_this_machine``: another CPU, or a feature the descriptor
     disables): its timings would be filed as ``hw``'s. On a cluster the runners' nodes are
     checked instead, each as it starts (``measure.timing_refusal``)."""
-    if hw.kind == "gpu":
+    if backend_for(hw).device:
         if address is None and shutil.which("nvidia-smi") is None:
             raise TuneInputError(
                 f"tune: hardware {hw.name} is a GPU and this machine has no NVIDIA driver (no nvidia-smi); "
@@ -565,7 +566,7 @@ def build_trace(func: PrimFunc, hw: Hardware, trace: Trace) -> tuple[Module, Tas
     Measurer times (its main part on layout-free parameters packed ahead, when the schedule
     re-lays them on a CPU; else the same module)."""
     scheduled, target = _scheduled(func, hw, trace), hw.with_fp_contract()
-    program = TaskProgram.build(scheduled, layout_free_params(scheduled) if hw.kind == "cpu" else (), target)
+    program = TaskProgram.build(scheduled, () if backend_for(hw).device else layout_free_params(scheduled), target)
     return (program.main if program.split is None else build(scheduled, target)), program
 
 
