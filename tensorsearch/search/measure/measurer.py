@@ -93,6 +93,7 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...ir.stmt import PrimFunc
@@ -103,7 +104,7 @@ from .builder import remote_build
 from .check import make_reference
 from .cluster import init_ray, ray_error_line, short_error, work_nodes
 from .pool import RunnerPool, Slot, node_died
-from .results import BuildResult, MeasureResult
+from .results import BuildResult, MeasureResult, RunResult
 from .runner import EMULATION_SLOWDOWN, FLUSHED_REPEATS
 
 SHARED_POLL_S = 0.5  # a batch waiting for a runner held by others' batches looks again at least this often
@@ -365,15 +366,15 @@ class _Batch:
         )
         slot.job = (i, "check", ref, time.monotonic() + budget + (5.0 if slot.emulated else 0.0), budget)
 
-    def finish(self, i: int, slot: Slot, reply: dict[str, Any] | None = None, error: str | None = None) -> None:
-        latencies = () if reply is None else reply.get("latencies", ())
-        start, end = (None, None) if reply is None else (reply.get("start"), reply.get("end"))
-        error = error if error is not None else (reply or {}).get("error")
-        emulated = bool(reply and reply.get("emulated"))
-        result = MeasureResult(
-            tuple(float(x) for x in latencies), error, self.builds[i].seconds, slot.node_id, start, end, emulated,
-            measured_on=None if emulated else slot.identity, disturbance=(reply or {}).get("disturbance"),
-        )  # fmt: skip
+    def finish(self, i: int, slot: Slot, reply: RunResult | None = None, error: str | None = None) -> None:
+        if reply is None:
+            result = MeasureResult((), error, self.builds[i].seconds, slot.node_id, measured_on=slot.identity)
+        else:
+            result = MeasureResult(
+                reply.latencies, error if error is not None else reply.error, self.builds[i].seconds, slot.node_id,
+                reply.start, reply.end, reply.emulated, measured_on=None if reply.emulated else slot.identity,
+                disturbance=reply.disturbance,
+            )  # fmt: skip
         self.out[i] = result
         if self.on_result is not None:
             self.on_result(i, result)
@@ -400,7 +401,7 @@ class _Batch:
                 self.finish(i, slot, error=f"run: timed out after {budget:.3g} s{tail}")
             return
         try:
-            reply = ray.get(ref)
+            reply: RunResult = ray.get(ref)
         except RayActorError as e:
             # the candidate crashed its runner, unless the node went with it: then, or when a
             # fresh runner cannot start there (the node left), it is timed elsewhere
@@ -417,15 +418,16 @@ class _Batch:
             m.pool.restart(slot, kill=True)
             self.finish(i, slot, error="run: " + short_error(ray_error_line(e)))
             return
-        if reply["error"] is not None or phase == "time" or reply.get("emulated"):
+        if reply.error is not None or phase == "time" or reply.emulated:
             slot.job = None
             self.finish(i, slot, reply)
             return
         m._checked.add(self.keys[i])
-        first = reply["first"]
+        first = reply.first
+        assert first is not None  # a check's reply
         if self.slow_after is not None and first > self.slow_after:
             slot.job = None
-            self.finish(i, slot, {**reply, "latencies": [first]})
+            self.finish(i, slot, replace(reply, latencies=(first,)))
             return
         if m.flush_cache:  # one call a repeat, each after the caches are flushed
             number, min_ms, repeat = 1, 0.0, max(m.repeat, FLUSHED_REPEATS)
