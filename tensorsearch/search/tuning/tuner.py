@@ -54,6 +54,7 @@ from ..cost_model.model import CostModel, transfer_data
 from ..database import Database, DatabaseError, TuningRecord, hardware_key, workload_key
 from ..database import workload_key as workload_key_of
 from ..measure.cluster import init_ray, ray_started, resolve_address
+from ..measure.config import MeasureConfig, measure_config
 from ..measure.measurer import Measurer
 from ..measure.noise import LATENCY_STATISTIC, HostConditions
 from ..space.design import Candidate, DesignSpace
@@ -191,6 +192,7 @@ def tune(
     transfer_from: Sequence[str | os.PathLike] = (),
     flush_cache: bool = False,
     allow_other_cpu: bool = False,
+    measure: MeasureConfig | None = None,
 ) -> TuneResult:
     """Tune ``func_or_workload`` for ``hardware`` with ``trials`` measurements in total.
 
@@ -206,7 +208,9 @@ def tune(
     files). ``allow_other_cpu``: time on machines whose CPU is not the one ``hardware`` describes
     (refused by default: :func:`check_runs_here`, ``measure.timing_refusal``), with a warning;
     every record names the CPU that timed it (``TuningRecord.measured_on``) all the same.
-    Returns the best program found.
+    ``measure``: a :class:`~.config.MeasureConfig` in place of ``timeout_s``, ``repeat``,
+    ``flush_cache`` and ``allow_other_cpu`` (then left at their defaults), with the rest of the
+    Measurer's settings. Returns the best program found.
 
     The run holds ``work_dir`` (:mod:`.workdir`): while it goes, another ``tune`` on the same work
     dir raises :class:`~.workdir.WorkDirBusy` (a TuneError) at once, naming this run's pid.
@@ -214,18 +218,24 @@ def tune(
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
 
+    try:
+        measure = measure_config(
+            measure, timeout_s=timeout_s, repeat=repeat, flush_cache=flush_cache, allow_other_cpu=allow_other_cpu
+        )
+    except ValueError as e:
+        raise TuneInputError(f"tune: {e}") from None
+
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
     address = resolve_address(address)
-    check_runs_here(hw, address, allow_other_cpu)
+    check_runs_here(hw, address, measure.allow_other_cpu)
     verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
 
     with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it
         return _tune(
             func, workload, name, hw, trials, work_dir, seed, address, config, progress, workers,
-            {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache, "allow_other_cpu": allow_other_cpu},
-            transfer, transfer_from, t_start,
+            measure, transfer, transfer_from, t_start,
         )  # fmt: skip
 
 
@@ -241,7 +251,7 @@ def _tune(
     config: SearchConfig | None,
     progress: Callable[[Progress], None] | None,
     workers: int | None,
-    measure: dict[str, Any],  # the Measurer's timeout_s, repeat, flush_cache and allow_other_cpu
+    measure: MeasureConfig,
     transfer: bool,
     transfer_from: Sequence[str | os.PathLike],
     t_start: float,
@@ -264,7 +274,7 @@ def _tune(
         stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
     init_ray(address)
     evaluator = task.evaluator(workers)
-    measurer = Measurer(func, hw, workload=workload, address=address, seed=seed, **measure)
+    measurer = Measurer(func, hw, workload=workload, address=address, seed=seed, config=measure)
     try:
         if task.records:
             stage(f"resuming from {len(task.records)} records in {db.dir}", len(task.records))
