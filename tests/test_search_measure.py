@@ -15,6 +15,7 @@ from cuda_util import gpu_missing, needs_nvcc
 from tensorsearch import hardware, te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
+from tensorsearch.search.measure.builder import RayBuilder
 from tensorsearch.search.measure.cluster import init_ray
 from tensorsearch.search.measure.config import MeasureConfig, measure_config
 from tensorsearch.search.measure.measurer import Measurer
@@ -182,9 +183,15 @@ def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
 
     funcs = [F32.func, tiled(F32.func), UNBUILDABLE]
     assert all(r.ok for r in f32.measure(funcs[:2]))
-    order, run, built, build_all = [], f32._run, [], f32._build_all
+    order, run, built = [], f32._run, []
+
+    class Recording(RayBuilder):  # the Measurer's builder seam: what it builds
+        def build(self, funcs, target, timeout_s, pool):
+            built.extend(funcs)
+            return super().build(funcs, target, timeout_s, pool)
+
     monkeypatch.setattr(f32, "_run", lambda builds, keys: order.append(list(keys)) or run(builds, keys))
-    monkeypatch.setattr(f32, "_build_all", lambda fs: built.extend(fs) or build_all(fs))
+    monkeypatch.setattr(f32, "builder", Recording())
     rounds = f32.retime(funcs, 3)
     keys = [candidate_key(f) for f in funcs]
     assert order == [keys, keys[::-1], keys]

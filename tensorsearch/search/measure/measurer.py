@@ -100,10 +100,11 @@ from ...ir.stmt import PrimFunc
 from ...target import Hardware, load
 from ...workloads import Workload
 from ..space.design import candidate_key
-from .builder import remote_build
+from .builder import RayBuilder
 from .check import make_reference
-from .cluster import init_ray, ray_error_line, short_error, work_nodes
+from .cluster import init_ray, ray_error_line, short_error
 from .config import MeasureConfig, measure_config
+from .interfaces import Builder
 from .pool import RunnerPool, Slot, node_died
 from .results import BuildResult, MeasureResult, RunResult
 from .runner import EMULATION_SLOWDOWN, FLUSHED_REPEATS
@@ -130,6 +131,8 @@ class Measurer:
     on nodes whose CPU is not the descriptor's too (:func:`timing_refusal`; a pool given keeps
     its own setting). ``config``: a :class:`~.config.MeasureConfig` holding all of these at once
     (then leave them at their defaults); the Measurer's ``config`` is the one in force.
+    ``builder``: what builds the candidates (:class:`~.interfaces.Builder`; by default a
+    :class:`~.builder.RayBuilder`, Ray tasks over the cluster).
     """
 
     # the builds of the KEPT_BUILDS fastest candidates measured are kept: re-timing them builds nothing
@@ -155,6 +158,7 @@ class Measurer:
         flush_cache: bool = False,
         allow_other_cpu: bool = False,
         config: MeasureConfig | None = None,
+        builder: Builder | None = None,
     ) -> None:
         if func is None:
             if workload is None:
@@ -182,6 +186,7 @@ class Measurer:
         self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
         self._own_pool = pool is None
         self.pool = pool if pool is not None else RunnerPool(self.hardware, seed, self.config.allow_other_cpu)
+        self.builder: Builder = builder if builder is not None else RayBuilder()
         self._kept: dict[str, tuple[float, BuildResult]] = {}  # candidate key -> (latency, build)
 
     @property
@@ -190,41 +195,8 @@ class Measurer:
 
     # measuring ---------------------------------------------------------------------------
     def _build_all(self, funcs: Sequence[PrimFunc]) -> list[BuildResult]:
-        """Build every candidate in Ray tasks, at most one per cluster CPU in flight."""
-        import ray
-
-        nodes, placement = work_nodes(ray.nodes())
-        slots = max(1, int(sum(n["Resources"]["CPU"] for n in nodes)))
-        task = remote_build().options(**placement)
-        results: list[BuildResult | None] = [None] * len(funcs)
-        queue = deque(range(len(funcs)))
-        running: dict[Any, tuple[int, float]] = {}  # ref -> (index, deadline)
-        while queue or running:
-            if self.pool.stopping:
-                for ref in running:
-                    ray.cancel(ref, force=True)
-                self.pool.check_stopping("building candidates")
-            while queue and len(running) < slots:
-                i = queue.popleft()
-                ref = task.remote(funcs[i], self.target, self.pool.niceness)
-                running[ref] = (i, time.monotonic() + self.config.build_timeout_s)
-            wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
-            ray.wait(list(running), num_returns=1, timeout=min(wait_s, RunnerPool.REFRESH_S))
-            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=0, fetch_local=False)
-            for ref in ready:
-                i, _ = running.pop(ref)
-                try:
-                    results[i] = ray.get(ref)
-                except Exception as e:  # the build worker died (e.g. a crash inside LLVM)
-                    results[i] = BuildResult("build: " + short_error(ray_error_line(e)), 0.0)
-            now = time.monotonic()
-            for ref, (i, deadline) in list(running.items()):
-                if now >= deadline:
-                    ray.cancel(ref, force=True)
-                    del running[ref]
-                    limit = self.config.build_timeout_s
-                    results[i] = BuildResult(f"build timed out after {limit:g} s", limit)
-        return [r for r in results if r is not None]
+        """Build every candidate with the Measurer's builder."""
+        return self.builder.build(funcs, self.target, self.config.build_timeout_s, self.pool)
 
     def measure(
         self,
