@@ -81,7 +81,7 @@ from ..report import format_markdown_table, format_table, write_latency_curve_pn
 from ..space.rule import SearchSpaceError
 from ..strategy.evolutionary import SearchConfig
 from .errors import TuneError, TuneInputError
-from .tuner import HostBusyWarning, TaskSearch, check_runs_here, pretrain
+from .tuner import Evaluator, HostBusyWarning, TaskSearch, check_runs_here, pretrain
 from .workdir import hold_work_dir
 
 __all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_model"]
@@ -521,6 +521,7 @@ class ModelRun:
                     evaluator, measurer = active.switch(task, with_evaluator=True)
                     if self.stopping:
                         return
+                    assert evaluator is not None  # asked for
                     self.run_round(task, why, limit, evaluator, measurer)
                 finally:
                     with self.changed:
@@ -570,7 +571,7 @@ class ModelRun:
         pick = alive[grads.index(top)]
         return pick, f"largest gradient {top:.3g} s (window {self.window}, alpha {self.alpha})"
 
-    def run_round(self, task: TaskState, why: str, limit: int, evaluator: Any, measurer: Any) -> None:
+    def run_round(self, task: TaskState, why: str, limit: int, evaluator: Evaluator, measurer: Measurer) -> None:
         search = task.search
         assert search is not None
         t0, started = time.perf_counter(), self.in_flight[task.index][2]
@@ -661,10 +662,10 @@ class _Active:
     ) -> None:
         self.hw, self.address, self.workers, self.measure, self.pool = hw, address, workers, measure, pool
         self.task: TaskState | None = None
-        self.evaluator: Any = None
-        self.measurer: Any = None
+        self.evaluator: Evaluator | None = None
+        self.measurer: Measurer | None = None
 
-    def switch(self, task: TaskState, with_evaluator: bool) -> tuple[Any, Any]:
+    def switch(self, task: TaskState, with_evaluator: bool) -> tuple[Evaluator | None, Measurer]:
         """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
         search = task.search
         assert search is not None
@@ -678,6 +679,7 @@ class _Active:
             task.reference = self.measurer.reference
         if with_evaluator and self.evaluator is None:
             self.evaluator = search.evaluator(self.workers)
+        assert self.measurer is not None
         return self.evaluator, self.measurer
 
     def close_task(self) -> None:

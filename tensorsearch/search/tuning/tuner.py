@@ -63,6 +63,8 @@ from ..strategy.parallel import LocalEvaluator, RayEvaluator
 from .errors import TuneError, TuneInputError
 from .workdir import hold_work_dir
 
+Evaluator = LocalEvaluator | RayEvaluator  # where a task's candidates are replayed (TaskSearch.evaluator)
+
 # A candidate whose check run is this many times slower than the task's best is not timed again
 # (Measurer.measure's slow_after): it cannot become the best.
 SLOW_FACTOR = 4.0
@@ -370,12 +372,12 @@ class TaskSearch:
     def ok_records(self) -> list[Any]:
         return [r for r in self.records if r.ok]
 
-    def evaluator(self, workers: int | None) -> Any:
+    def evaluator(self, workers: int | None) -> Evaluator:
         """Where this task's candidates are replayed: ``workers`` Ray actors (None: one per CPU), or
         this process (0)."""
         return LocalEvaluator(self.space) if workers == 0 else RayEvaluator(self.space, workers)
 
-    def resume(self, evaluator: Any) -> None:
+    def resume(self, evaluator: Evaluator) -> None:
         """Teach the cost model the records measured before and seed the population with the
         successful ones (once; nothing to do for a new task)."""
         if self._resumed or not self.records:
@@ -393,7 +395,7 @@ class TaskSearch:
         self.measured = [by_key[r.candidate_key] for r in ok]
 
     def run_round(
-        self, limit: int, evaluator: Any, measurer: Any, on_record: Callable[[Any], None] | None = None
+        self, limit: int, evaluator: Evaluator, measurer: Measurer, on_record: Callable[[Any], None] | None = None
     ) -> int:
         """Propose and measure one round of at most ``limit`` candidates (``num_trials_per_iter``
         at most), each committed to the database as it is measured; returns how many were
@@ -466,7 +468,7 @@ class TaskSearch:
         self.measured.sort(key=lambda c: latency_of.get(c.key, math.inf))
         return len(batch)
 
-    def record_events(self, measurer: Any) -> None:
+    def record_events(self, measurer: Measurer) -> None:
         """Commit what happened to the cluster's nodes while measuring (not candidate records)."""
         for event in measurer.pool.take_events():
             self.db.commit_infrastructure({**event, "workload_key": self.wkey, "hardware_key": self.hkey})
@@ -485,7 +487,7 @@ class TaskSearch:
                 f"nothing; add an {self.hw.arch} node to the cluster to tune (the records are in {Path(work_dir) / 'database'})"
             )
 
-    def retime_finalists(self, measurer: Any) -> None:
+    def retime_finalists(self, measurer: Measurer) -> None:
         """Time the :func:`finalist_count` fastest candidates by their own latencies again, with the best
         an earlier run re-timed, ``FINALIST_ROUNDS`` rounds interleaved, and record it: the best
         is then chosen among them under the same noise, not by one lucky batch.
