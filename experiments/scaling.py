@@ -119,9 +119,10 @@ def point(nodes: int, concurrent: int, args) -> dict:
     from ray.cluster_utils import Cluster
 
     from tensorsearch import workloads
-    from tensorsearch.search.measure import measurer, pool
+    from tensorsearch.search.measure.builder import RayBuilder
     from tensorsearch.search.measure.cluster import init_ray
     from tensorsearch.search.measure.measurer import Measurer
+    from tensorsearch.search.measure.pool import RunnerPool
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1})
     for _ in range(nodes - 1):
@@ -130,22 +131,27 @@ def point(nodes: int, concurrent: int, args) -> dict:
     try:
         init_ray(cluster.address)
         remote_build, remote_runner = _standins(args.build_s, args.run_s)
-        measurer.remote_build = lambda: remote_build  # what Measurer builds with
-        pool.remote_runner = lambda: remote_runner  # what RunnerPool starts
+        builder = RayBuilder(remote_build)  # what the Measurers build with
+
+        class StandinPool(RunnerPool):
+            actor_class = remote_runner  # what the pool starts on each node
+
         wl = workloads.make("GMM", (1, 16, 16, 16), "float32")
         funcs = [wl.func] * args.batch
-        with Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0) as m:
+        pool = StandinPool("host")
+        with Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=pool, builder=builder) as m:
             assert len(m.pool.slots) == nodes, f"{len(m.pool.slots)} runners on {nodes} nodes"
             t0 = time.perf_counter()
             cold = m.measure(funcs)
             cold_s = time.perf_counter() - t0
             more = [
-                Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=m.pool)
+                Measurer(None, "host", workload=wl, number=1, repeat=1, timeout_s=60.0, pool=pool, builder=builder)
                 for _ in range(concurrent - 1)
             ]
             t0 = time.perf_counter()
             results = _rounds([m, *more], funcs, args.batches, args.search_s)
             seconds = time.perf_counter() - t0
+        pool.close()  # given to the Measurers, so theirs to close no more
     finally:
         ray.shutdown()
         cluster.shutdown()

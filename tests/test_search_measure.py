@@ -1,6 +1,7 @@
 """Measuring candidates on Ray: correct ones are timed, wrong/hanging/crashing/unbuildable ones are
 recorded as failed and the batch goes on. One Ray session (an embedded local cluster) for the file."""
 
+import dataclasses
 import json
 import math
 import os
@@ -14,7 +15,9 @@ from cuda_util import gpu_missing, needs_nvcc
 from tensorsearch import hardware, te, workloads
 from tensorsearch.schedule import Schedule
 from tensorsearch.script import parse
+from tensorsearch.search.measure.builder import RayBuilder
 from tensorsearch.search.measure.cluster import init_ray
+from tensorsearch.search.measure.config import MeasureConfig, measure_config
 from tensorsearch.search.measure.measurer import Measurer
 from tensorsearch.search.measure.noise import DISTURBED
 from tensorsearch.search.measure.results import MeasureResult
@@ -180,9 +183,15 @@ def test_retime_runs_every_other_round_in_reverse(f32, monkeypatch):
 
     funcs = [F32.func, tiled(F32.func), UNBUILDABLE]
     assert all(r.ok for r in f32.measure(funcs[:2]))
-    order, run, built, build_all = [], f32._run, [], f32._build_all
+    order, run, built = [], f32._run, []
+
+    class Recording(RayBuilder):  # the Measurer's builder seam: what it builds
+        def build(self, funcs, target, timeout_s, pool):
+            built.extend(funcs)
+            return super().build(funcs, target, timeout_s, pool)
+
     monkeypatch.setattr(f32, "_run", lambda builds, keys: order.append(list(keys)) or run(builds, keys))
-    monkeypatch.setattr(f32, "_build_all", lambda fs: built.extend(fs) or build_all(fs))
+    monkeypatch.setattr(f32, "builder", Recording())
     rounds = f32.retime(funcs, 3)
     keys = [candidate_key(f) for f in funcs]
     assert order == [keys, keys[::-1], keys]
@@ -350,13 +359,24 @@ def test_two_threads_measure_through_one_pool_taking_turns(f32):
     assert order not in (sorted(order), sorted(order, reverse=True)), order  # the batches took turns
 
 
+def test_a_measure_config_is_made_of_the_keyword_arguments_or_given_not_both():
+    assert measure_config(None, repeat=5, timeout_s=2) == MeasureConfig(repeat=5, timeout_s=2.0)
+    given = MeasureConfig(number=2, flush_cache=True)
+    assert measure_config(given, repeat=3, timeout_s=10.0) is given  # the defaults: no conflict
+    with pytest.raises(ValueError, match="keyword arguments repeat, not both"):
+        measure_config(given, repeat=5)
+    with pytest.raises(ValueError, match="number and repeat must be at least 1"):
+        MeasureConfig(repeat=0)
+
+
 @pytest.mark.slow
 def test_build_timeout(f32):
-    f32.build_timeout_s = 0.001
+    config = f32.config
+    f32.config = dataclasses.replace(config, build_timeout_s=0.001)
     try:
         (r,) = f32.measure([tiled(F32.func)])
     finally:
-        f32.build_timeout_s = 120.0
+        f32.config = config
     assert r.error == "build timed out after 0.001 s" and not r.ok
     assert_ok(f32.measure([F32.func])[0])
 

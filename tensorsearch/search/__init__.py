@@ -50,6 +50,7 @@ _NAMES = {
     "hardware_key": "database",
     "Measurer": "measure.measurer",
     "MeasureResult": "measure.results",
+    "MeasureConfig": "measure.config",
     "init_ray": "measure.cluster",
     "CostModel": "cost_model.model",
     "extract_features": "cost_model.features",

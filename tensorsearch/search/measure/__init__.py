@@ -5,6 +5,7 @@ docstring tells the whole flow) over :mod:`.builder` (a candidate compiled in a 
 :mod:`.pool` (one runner actor per node, lent to batches) and :mod:`.runner` (the actor: load,
 check, time), :mod:`.check` (the reference outputs and the tolerance rule), :mod:`.cluster`
 (starting or joining Ray, node labels, which nodes may build or time), :mod:`.results` (what a
-measurement gives back), and :mod:`.noise` (the latency statistic, the reference kernel, the
+build, a runner and a measurement give back), :mod:`.config` (:class:`~.config.MeasureConfig`, the
+settings), :mod:`.interfaces` (the ``Builder`` and ``Runner`` seams), and :mod:`.noise` (the latency statistic, the reference kernel, the
 host's conditions).
 """

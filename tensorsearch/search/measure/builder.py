@@ -7,16 +7,20 @@ from __future__ import annotations
 import os
 import tempfile
 import time
+from collections import deque
 from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...ir.stmt import PrimFunc
 from ...runtime.backend import backend_for
 from ...target import Hardware
 from ...transform import ConstantSplit, layout_free_params, split_constant_stages
-from .cluster import short_error, take_niceness
+from .cluster import ray_error_line, short_error, take_niceness, work_nodes
 from .results import BuildResult, Prepack
+
+if TYPE_CHECKING:
+    from .pool import RunnerPool
 
 
 def _build(func: PrimFunc, target: Hardware, niceness: int | None = None) -> BuildResult:
@@ -71,6 +75,54 @@ def _cold_positions(split: ConstantSplit | None, constants: Sequence[int]) -> tu
     if split is None:
         return tuple(constants)
     return tuple(k for k, p in enumerate(split.main_params) if not isinstance(p, int) or p in constants)
+
+
+class RayBuilder:
+    """The :class:`~.interfaces.Builder` of Ray tasks: every candidate built in its own task (one
+    CPU each, at most one per cluster CPU in flight, on the nodes :func:`work_nodes` names);
+    a task still running ``timeout_s`` after it was submitted is cancelled. ``task``: the Ray
+    remote function to build with (called as ``task(func, target, niceness)``, returning a
+    :class:`BuildResult`; default :func:`remote_build`'s)."""
+
+    def __init__(self, task: Any = None) -> None:
+        self.task = task
+
+    def build(
+        self, funcs: Sequence[PrimFunc], target: Hardware, timeout_s: float, pool: RunnerPool
+    ) -> list[BuildResult]:
+        import ray
+
+        nodes, placement = work_nodes(ray.nodes())
+        slots = max(1, int(sum(n["Resources"]["CPU"] for n in nodes)))
+        task = (self.task if self.task is not None else remote_build()).options(**placement)
+        results: list[BuildResult | None] = [None] * len(funcs)
+        queue = deque(range(len(funcs)))
+        running: dict[Any, tuple[int, float]] = {}  # ref -> (index, deadline)
+        while queue or running:
+            if pool.stopping:
+                for ref in running:
+                    ray.cancel(ref, force=True)
+                pool.check_stopping("building candidates")
+            while queue and len(running) < slots:
+                i = queue.popleft()
+                ref = task.remote(funcs[i], target, pool.niceness)
+                running[ref] = (i, time.monotonic() + timeout_s)
+            wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
+            ray.wait(list(running), num_returns=1, timeout=min(wait_s, pool.REFRESH_S))
+            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=0, fetch_local=False)
+            for ref in ready:
+                i, _ = running.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except Exception as e:  # the build worker died (e.g. a crash inside LLVM)
+                    results[i] = BuildResult("build: " + short_error(ray_error_line(e)), 0.0)
+            now = time.monotonic()
+            for ref, (i, deadline) in list(running.items()):
+                if now >= deadline:
+                    ray.cancel(ref, force=True)
+                    del running[ref]
+                    results[i] = BuildResult(f"build timed out after {timeout_s:g} s", timeout_s)
+        return [r for r in results if r is not None]
 
 
 @cache

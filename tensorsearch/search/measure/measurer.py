@@ -93,17 +93,20 @@ import os
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from ...ir.stmt import PrimFunc
 from ...target import Hardware, load
 from ...workloads import Workload
 from ..space.design import candidate_key
-from .builder import remote_build
+from .builder import RayBuilder
 from .check import make_reference
-from .cluster import init_ray, ray_error_line, short_error, work_nodes
+from .cluster import init_ray, ray_error_line, short_error
+from .config import MeasureConfig, measure_config
+from .interfaces import Builder
 from .pool import RunnerPool, Slot, node_died
-from .results import BuildResult, MeasureResult
+from .results import BuildResult, MeasureResult, RunResult
 from .runner import EMULATION_SLOWDOWN, FLUSHED_REPEATS
 
 SHARED_POLL_S = 0.5  # a batch waiting for a runner held by others' batches looks again at least this often
@@ -126,7 +129,10 @@ class Measurer:
     a kernel's latency as a model sees it, its weights no longer cached by its previous call
     (TVM's ``enable_cpu_cache_flush``). ``allow_other_cpu``: the pool the Measurer starts times
     on nodes whose CPU is not the descriptor's too (:func:`timing_refusal`; a pool given keeps
-    its own setting).
+    its own setting). ``config``: a :class:`~.config.MeasureConfig` holding all of these at once
+    (then leave them at their defaults); the Measurer's ``config`` is the one in force.
+    ``builder``: what builds the candidates (:class:`~.interfaces.Builder`; by default a
+    :class:`~.builder.RayBuilder`, Ray tasks over the cluster).
     """
 
     # the builds of the KEPT_BUILDS fastest candidates measured are kept: re-timing them builds nothing
@@ -151,28 +157,26 @@ class Measurer:
         pool: RunnerPool | None = None,
         flush_cache: bool = False,
         allow_other_cpu: bool = False,
+        config: MeasureConfig | None = None,
+        builder: Builder | None = None,
     ) -> None:
         if func is None:
             if workload is None:
                 raise ValueError("Measurer needs a function or a workload")
             func = workload.func
-        if (number is not None and number < 1) or repeat < 1:
-            raise ValueError(f"number and repeat must be at least 1, got number={number}, repeat={repeat}")
+        self.config = measure_config(
+            config, timeout_s=timeout_s, build_timeout_s=build_timeout_s, fp_contract=fp_contract, number=number,
+            repeat=repeat, check=check, min_repeat_ms=min_repeat_ms, flush_cache=flush_cache,
+            allow_other_cpu=allow_other_cpu,
+        )  # fmt: skip
         self.func = func
         self.hardware = load(hardware)
         if pool is not None and pool.hardware.name != self.hardware.name:
             raise ValueError(f"the runner pool times {pool.hardware.name} candidates, not {self.hardware.name}")
         self.target = self.hardware
-        if fp_contract:
+        if self.config.fp_contract:
             self.target = self.target.with_fp_contract()
         self.workload = workload
-        self.timeout_s = float(timeout_s)
-        self.build_timeout_s = float(build_timeout_s)
-        self.number = number
-        self.repeat = int(repeat)
-        self.check = check
-        self.min_repeat_ms = float(min_repeat_ms)
-        self.flush_cache = flush_cache
         self._checked: set[str] = set()  # candidate keys checked against the reference
         init_ray(address)
         import ray
@@ -181,7 +185,8 @@ class Measurer:
         inputs, out_positions, expected, checker = self.reference
         self._task_args = (ray.put(inputs), out_positions, ray.put(expected), checker)
         self._own_pool = pool is None
-        self.pool = pool if pool is not None else RunnerPool(self.hardware, seed, allow_other_cpu)
+        self.pool = pool if pool is not None else RunnerPool(self.hardware, seed, self.config.allow_other_cpu)
+        self.builder: Builder = builder if builder is not None else RayBuilder()
         self._kept: dict[str, tuple[float, BuildResult]] = {}  # candidate key -> (latency, build)
 
     @property
@@ -190,41 +195,8 @@ class Measurer:
 
     # measuring ---------------------------------------------------------------------------
     def _build_all(self, funcs: Sequence[PrimFunc]) -> list[BuildResult]:
-        """Build every candidate in Ray tasks, at most one per cluster CPU in flight."""
-        import ray
-
-        nodes, placement = work_nodes(ray.nodes())
-        slots = max(1, int(sum(n["Resources"]["CPU"] for n in nodes)))
-        task = remote_build().options(**placement)
-        results: list[BuildResult | None] = [None] * len(funcs)
-        queue = deque(range(len(funcs)))
-        running: dict[Any, tuple[int, float]] = {}  # ref -> (index, deadline)
-        while queue or running:
-            if self.pool.stopping:
-                for ref in running:
-                    ray.cancel(ref, force=True)
-                self.pool.check_stopping("building candidates")
-            while queue and len(running) < slots:
-                i = queue.popleft()
-                ref = task.remote(funcs[i], self.target, self.pool.niceness)
-                running[ref] = (i, time.monotonic() + self.build_timeout_s)
-            wait_s = max(0.0, min(d for _, d in running.values()) - time.monotonic())
-            ray.wait(list(running), num_returns=1, timeout=min(wait_s, RunnerPool.REFRESH_S))
-            ready, _ = ray.wait(list(running), num_returns=len(running), timeout=0, fetch_local=False)
-            for ref in ready:
-                i, _ = running.pop(ref)
-                try:
-                    results[i] = ray.get(ref)
-                except Exception as e:  # the build worker died (e.g. a crash inside LLVM)
-                    results[i] = BuildResult("build: " + short_error(ray_error_line(e)), 0.0)
-            now = time.monotonic()
-            for ref, (i, deadline) in list(running.items()):
-                if now >= deadline:
-                    ray.cancel(ref, force=True)
-                    del running[ref]
-                    limit = f"{self.build_timeout_s:g}"
-                    results[i] = BuildResult(f"build timed out after {limit} s", self.build_timeout_s)
-        return [r for r in results if r is not None]
+        """Build every candidate with the Measurer's builder."""
+        return self.builder.build(funcs, self.target, self.config.build_timeout_s, self.pool)
 
     def measure(
         self,
@@ -358,22 +330,22 @@ class _Batch:
 
     def dispatch(self, slot: Slot, i: int) -> None:
         m, b = self.m, self.builds[i]
-        check = m.check and self.keys[i] not in m._checked
-        budget = m.timeout_s * (EMULATION_SLOWDOWN if slot.emulated else 1)
+        check = m.config.check and self.keys[i] not in m._checked
+        budget = m.config.timeout_s * (EMULATION_SLOWDOWN if slot.emulated else 1)
         ref = slot.actor.load_and_check.remote(
             b.binary, b.is_object, b.sidecar, check, *m._task_args, budget, b.prepack, b.cold
         )
         slot.job = (i, "check", ref, time.monotonic() + budget + (5.0 if slot.emulated else 0.0), budget)
 
-    def finish(self, i: int, slot: Slot, reply: dict[str, Any] | None = None, error: str | None = None) -> None:
-        latencies = () if reply is None else reply.get("latencies", ())
-        start, end = (None, None) if reply is None else (reply.get("start"), reply.get("end"))
-        error = error if error is not None else (reply or {}).get("error")
-        emulated = bool(reply and reply.get("emulated"))
-        result = MeasureResult(
-            tuple(float(x) for x in latencies), error, self.builds[i].seconds, slot.node_id, start, end, emulated,
-            measured_on=None if emulated else slot.identity, disturbance=(reply or {}).get("disturbance"),
-        )  # fmt: skip
+    def finish(self, i: int, slot: Slot, reply: RunResult | None = None, error: str | None = None) -> None:
+        if reply is None:
+            result = MeasureResult((), error, self.builds[i].seconds, slot.node_id, measured_on=slot.identity)
+        else:
+            result = MeasureResult(
+                reply.latencies, error if error is not None else reply.error, self.builds[i].seconds, slot.node_id,
+                reply.start, reply.end, reply.emulated, measured_on=None if reply.emulated else slot.identity,
+                disturbance=reply.disturbance,
+            )  # fmt: skip
         self.out[i] = result
         if self.on_result is not None:
             self.on_result(i, result)
@@ -400,7 +372,7 @@ class _Batch:
                 self.finish(i, slot, error=f"run: timed out after {budget:.3g} s{tail}")
             return
         try:
-            reply = ray.get(ref)
+            reply: RunResult = ray.get(ref)
         except RayActorError as e:
             # the candidate crashed its runner, unless the node went with it: then, or when a
             # fresh runner cannot start there (the node left), it is timed elsewhere
@@ -417,23 +389,25 @@ class _Batch:
             m.pool.restart(slot, kill=True)
             self.finish(i, slot, error="run: " + short_error(ray_error_line(e)))
             return
-        if reply["error"] is not None or phase == "time" or reply.get("emulated"):
+        if reply.error is not None or phase == "time" or reply.emulated:
             slot.job = None
             self.finish(i, slot, reply)
             return
         m._checked.add(self.keys[i])
-        first = reply["first"]
+        first = reply.first
+        assert first is not None  # a check's reply
         if self.slow_after is not None and first > self.slow_after:
             slot.job = None
-            self.finish(i, slot, {**reply, "latencies": [first]})
+            self.finish(i, slot, replace(reply, latencies=(first,)))
             return
-        if m.flush_cache:  # one call a repeat, each after the caches are flushed
-            number, min_ms, repeat = 1, 0.0, max(m.repeat, FLUSHED_REPEATS)
+        c = m.config
+        if c.flush_cache:  # one call a repeat, each after the caches are flushed
+            number, min_ms, repeat = 1, 0.0, max(c.repeat, FLUSHED_REPEATS)
         else:
-            number = m.number or max(1, math.ceil(m.min_repeat_ms / 1e3 / max(first, 1e-7)))
-            min_ms, repeat = (0.0 if m.number else m.min_repeat_ms), m.repeat
-        expected = first * (1 + repeat * number) + (repeat + 2) * min_ms / 1e3 + repeat * 0.05 * m.flush_cache
-        budget = m.timeout_s + 3 * expected
+            number = c.number or max(1, math.ceil(c.min_repeat_ms / 1e3 / max(first, 1e-7)))
+            min_ms, repeat = (0.0 if c.number else c.min_repeat_ms), c.repeat
+        expected = first * (1 + repeat * number) + (repeat + 2) * min_ms / 1e3 + repeat * 0.05 * c.flush_cache
+        budget = c.timeout_s + 3 * expected
         retake_below = None if self.slow_after is None else self.slow_after / 2
-        ref = slot.actor.time.remote(number, repeat, min_ms, m.flush_cache, retake_below)
+        ref = slot.actor.time.remote(number, repeat, min_ms, c.flush_cache, retake_below)
         slot.job = (i, "time", ref, time.monotonic() + budget, budget)

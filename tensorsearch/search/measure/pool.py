@@ -63,6 +63,7 @@ class RunnerPool:
     """
 
     REFRESH_S = 5.0
+    actor_class: Any = None  # the Ray actor class of the runners it starts (None: runner.remote_runner())
 
     def __init__(self, hardware: Hardware | str | os.PathLike, seed: int = 0, allow_other_cpu: bool = False) -> None:
         self.hardware = load(hardware)
@@ -199,7 +200,7 @@ class RunnerPool:
         token = f"tensorsearch-runner-{uuid.uuid4().hex}"
         env = {"TENSORSEARCH_NUM_THREADS": str(cpus)}  # before Ray's OMP_NUM_THREADS=1 (runtime.default_threads)
         actor = (
-            remote_runner()
+            (self.actor_class if self.actor_class is not None else remote_runner())
             .options(
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False),
                 runtime_env={"env_vars": env},

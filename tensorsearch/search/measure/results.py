@@ -1,4 +1,5 @@
-"""What a measurement gives back: :class:`MeasureResult` (a candidate's latencies, or its error, and
+"""What a measurement gives back: :class:`BuildResult` (a candidate built), :class:`RunResult` (a
+runner's reply), :class:`MeasureResult` (a candidate's latencies, or its error, and
 where and when it was timed), and :class:`MeasureStopped`, raised when a run stops mid-batch.
 """
 
@@ -37,6 +38,23 @@ class BuildResult:
     node: str | None = None
     prepack: Prepack | None = None
     cold: tuple[int, ...] = ()  # parameters of the timed part that hold constants: timed out of cache
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """A runner's reply to one call (:class:`~.runner.Runner`'s ``load_and_check`` or ``time``):
+    the error (``"run: ..."``, ``"wrong result: ..."``) or None; the wall-clock window of the
+    candidate's check and timing so far (``start``, ``end``); the check run's seconds (``first``;
+    None from ``time``); the latencies timed (seconds per call, one per repeat); whether it ran
+    under qemu; the reference kernel's slowdown beside it (None: not taken)."""
+
+    error: str | None
+    start: float
+    end: float
+    first: float | None = None
+    latencies: tuple[float, ...] = ()
+    emulated: bool = False
+    disturbance: float | None = None
 
 
 class MeasureStopped(RuntimeError):

@@ -20,7 +20,7 @@ import numpy as np
 from ...ir.dtype import numpy_dtype, parse_dtype
 from .cluster import EMULATES_LABEL, HARDWARE_LABEL, label_list, short_error, take_niceness
 from .noise import DISTURBED, ReferenceClock
-from .results import Prepack
+from .results import Prepack, RunResult
 
 EMULATION_SLOWDOWN = 50  # an emulated candidate's check may take this many times the native timeout
 FLUSHED_REPEATS = 10  # with flush_cache each repeat is one call: at least this many of them
@@ -85,7 +85,7 @@ class Runner:
         timeout_s: float = 600.0,
         prepack: Prepack | None = None,
         cold: Sequence[int] = (),
-    ) -> dict[str, Any]:
+    ) -> RunResult:
         """Load the library and run it once on the task's inputs; compare the outputs when ``check``.
 
         An object file (built on a node of another architecture) is linked here first; one for
@@ -156,7 +156,7 @@ class Runner:
         pre(*inputs, *packed)
         return [args[p] if isinstance(p, int) else packed[p[1]] for p in prepack.params]
 
-    def _emulate(self, binary: bytes, symbol: str, check: bool, timeout_s: float) -> dict[str, Any]:
+    def _emulate(self, binary: bytes, symbol: str, check: bool, timeout_s: float) -> RunResult:
         """Run an aarch64 object once under qemu-aarch64 (linked into a static harness) and check
         it: correctness only; its one latency, the harness's wall time, is flagged emulated."""
         from ...runtime.cross import CrossRunError, run_aarch64
@@ -187,7 +187,7 @@ class Runner:
         min_repeat_ms: float,
         flush_cache: bool = False,
         retake_below: float | None = None,
-    ) -> dict[str, Any]:
+    ) -> RunResult:
         """Time the loaded candidate: seconds per call of each repeat (each after a cache flush
         when ``flush_cache``), with the reference kernel timed just before and after it on a CPU
         (``disturbance``, :mod:`.noise`; None on a GPU). A timing disturbed over
@@ -235,9 +235,9 @@ class Runner:
                 self.clock = False
         return self.clock or None
 
-    def _reply(self, **fields: Any) -> dict[str, Any]:
+    def _reply(self, error: str | None, latencies: Sequence[float] = (), **fields: Any) -> RunResult:
         """A call's reply, with the wall-clock window of the candidate's check and timing so far."""
-        return {**fields, "start": self.started, "end": time.time()}
+        return RunResult(error, self.started, time.time(), latencies=tuple(float(x) for x in latencies), **fields)
 
     def crash_report(self, token: str) -> str | None:
         """What Python's fault handler wrote when the runner ``token`` died on this node; removes its files."""

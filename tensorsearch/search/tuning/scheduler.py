@@ -72,6 +72,7 @@ from ...workloads import Workload
 from ..cost_model.model import CostModel
 from ..database import Database, workload_key
 from ..measure.cluster import init_ray, ray_started, resolve_address
+from ..measure.config import MeasureConfig, measure_config
 from ..measure.measurer import Measurer
 from ..measure.noise import LATENCY_STATISTIC, HostConditions
 from ..measure.pool import RunnerPool
@@ -80,7 +81,7 @@ from ..report import format_markdown_table, format_table, write_latency_curve_pn
 from ..space.rule import SearchSpaceError
 from ..strategy.evolutionary import SearchConfig
 from .errors import TuneError, TuneInputError
-from .tuner import HostBusyWarning, TaskSearch, check_runs_here, pretrain
+from .tuner import Evaluator, HostBusyWarning, TaskSearch, check_runs_here, pretrain
 from .workdir import hold_work_dir
 
 __all__ = ["STRATEGIES", "ModelProgress", "ModelTuneResult", "TaskRow", "tune_model"]
@@ -279,6 +280,7 @@ def tune_model(
     window: int = WINDOW,
     concurrent_tasks: int = 1,
     allow_other_cpu: bool = False,
+    measure: MeasureConfig | None = None,
 ) -> ModelTuneResult:
     """Tune every task of ``model`` for ``hardware`` with ``trials`` measurements in all.
 
@@ -288,7 +290,7 @@ def tune_model(
     this machine runs ``hardware``, compile it with the best records and time it at the end.
     ``flush_cache``: time every call after flushing the caches (:class:`~.measurer.Measurer`), as
     a kernel runs inside the model. ``concurrent_tasks``: how many tasks' rounds run at once (see
-    the module docstring). The other arguments (``allow_other_cpu`` among them) are
+    the module docstring). The other arguments (``allow_other_cpu`` and ``measure`` among them) are
     :func:`~.tuner.tune`'s. The work dir is held for the whole run.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
@@ -300,18 +302,25 @@ def tune_model(
     if isinstance(concurrent_tasks, bool) or not isinstance(concurrent_tasks, int) or concurrent_tasks < 1:
         raise TuneInputError(f"tune_model: concurrent_tasks must be a positive integer, got {concurrent_tasks!r}")
 
+    try:
+        measure = measure_config(
+            measure, timeout_s=timeout_s, repeat=repeat, flush_cache=flush_cache, allow_other_cpu=allow_other_cpu
+        )
+    except ValueError as e:
+        raise TuneInputError(f"tune_model: {e}") from None
+
     t_start = time.perf_counter()
     hw = load(hardware)
     address = resolve_address(address)
-    check_runs_here(hw, address, allow_other_cpu)
+    check_runs_here(hw, address, measure.allow_other_cpu)
     entries, graph = _entries(model, input_shapes, layout)
 
     with hold_work_dir(work_dir):
         run = ModelRun(entries, hw, trials, Path(work_dir), strategy, seed, config or SearchConfig(), progress)
         run.alpha, run.window, run.t_start, run.concurrent = alpha, window, t_start, concurrent_tasks
-        run.allow_other_cpu = allow_other_cpu
+        run.allow_other_cpu = measure.allow_other_cpu
         run.start(transfer)
-        run.tune(address, workers, {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache})
+        run.tune(address, workers, measure)
         model_latency = None
         if graph is not None and measure_model and hw.runs_here:
             run.stage("compiling the model with the best records and timing it")
@@ -421,7 +430,7 @@ class ModelRun:
                 curve.append((done, sum(t.entry.weight * b for t, b in zip(live, best, strict=True))))
         return curve
 
-    def tune(self, address: str | None, workers: int | None, measure: dict[str, Any]) -> None:
+    def tune(self, address: str | None, workers: int | None, measure: MeasureConfig) -> None:
         """Run rounds until the budget is spent or no task can go on (``concurrent`` tasks at a
         time); then time each tuned task's finalists again together."""
         if self.done < self.trials:
@@ -512,6 +521,7 @@ class ModelRun:
                     evaluator, measurer = active.switch(task, with_evaluator=True)
                     if self.stopping:
                         return
+                    assert evaluator is not None  # asked for
                     self.run_round(task, why, limit, evaluator, measurer)
                 finally:
                     with self.changed:
@@ -561,7 +571,7 @@ class ModelRun:
         pick = alive[grads.index(top)]
         return pick, f"largest gradient {top:.3g} s (window {self.window}, alpha {self.alpha})"
 
-    def run_round(self, task: TaskState, why: str, limit: int, evaluator: Any, measurer: Any) -> None:
+    def run_round(self, task: TaskState, why: str, limit: int, evaluator: Evaluator, measurer: Measurer) -> None:
         search = task.search
         assert search is not None
         t0, started = time.perf_counter(), self.in_flight[task.index][2]
@@ -648,15 +658,14 @@ class _Active:
     at a time); the runners come from the run's shared pool."""
 
     def __init__(
-        self, hw: Hardware, address: str | None, workers: int | None, measure: dict[str, Any], pool: Callable[[], Any]
+        self, hw: Hardware, address: str | None, workers: int | None, measure: MeasureConfig, pool: Callable[[], Any]
     ) -> None:
-        # measure: the Measurer's timeout_s, repeat and flush_cache
         self.hw, self.address, self.workers, self.measure, self.pool = hw, address, workers, measure, pool
         self.task: TaskState | None = None
-        self.evaluator: Any = None
-        self.measurer: Any = None
+        self.evaluator: Evaluator | None = None
+        self.measurer: Measurer | None = None
 
-    def switch(self, task: TaskState, with_evaluator: bool) -> tuple[Any, Any]:
+    def switch(self, task: TaskState, with_evaluator: bool) -> tuple[Evaluator | None, Measurer]:
         """The task's evaluator (None unless ``with_evaluator``) and measurer, started if needed."""
         search = task.search
         assert search is not None
@@ -665,11 +674,12 @@ class _Active:
             self.task = task
             self.measurer = Measurer(
                 search.func, self.hw, workload=search.workload, address=self.address, seed=self.pool().seed,
-                reference=task.reference, pool=self.pool(), **self.measure,
+                reference=task.reference, pool=self.pool(), config=self.measure,
             )  # fmt: skip
             task.reference = self.measurer.reference
         if with_evaluator and self.evaluator is None:
             self.evaluator = search.evaluator(self.workers)
+        assert self.measurer is not None
         return self.evaluator, self.measurer
 
     def close_task(self) -> None:

@@ -55,6 +55,7 @@ from ..cost_model.model import CostModel, transfer_data
 from ..database import Database, DatabaseError, TuningRecord, hardware_key, workload_key
 from ..database import workload_key as workload_key_of
 from ..measure.cluster import init_ray, ray_started, resolve_address
+from ..measure.config import MeasureConfig, measure_config
 from ..measure.measurer import Measurer
 from ..measure.noise import LATENCY_STATISTIC, HostConditions
 from ..space.design import Candidate, DesignSpace
@@ -62,6 +63,8 @@ from ..strategy.evolutionary import EvolutionarySearch, RoundStats, SearchConfig
 from ..strategy.parallel import LocalEvaluator, RayEvaluator
 from .errors import TuneError, TuneInputError
 from .workdir import hold_work_dir
+
+Evaluator = LocalEvaluator | RayEvaluator  # where a task's candidates are replayed (TaskSearch.evaluator)
 
 # A candidate whose check run is this many times slower than the task's best is not timed again
 # (Measurer.measure's slow_after): it cannot become the best.
@@ -192,6 +195,7 @@ def tune(
     transfer_from: Sequence[str | os.PathLike] = (),
     flush_cache: bool = False,
     allow_other_cpu: bool = False,
+    measure: MeasureConfig | None = None,
 ) -> TuneResult:
     """Tune ``func_or_workload`` for ``hardware`` with ``trials`` measurements in total.
 
@@ -207,7 +211,9 @@ def tune(
     files). ``allow_other_cpu``: time on machines whose CPU is not the one ``hardware`` describes
     (refused by default: :func:`check_runs_here`, ``measure.timing_refusal``), with a warning;
     every record names the CPU that timed it (``TuningRecord.measured_on``) all the same.
-    Returns the best program found.
+    ``measure``: a :class:`~.config.MeasureConfig` in place of ``timeout_s``, ``repeat``,
+    ``flush_cache`` and ``allow_other_cpu`` (then left at their defaults), with the rest of the
+    Measurer's settings. Returns the best program found.
 
     The run holds ``work_dir`` (:mod:`.workdir`): while it goes, another ``tune`` on the same work
     dir raises :class:`~.workdir.WorkDirBusy` (a TuneError) at once, naming this run's pid.
@@ -215,18 +221,24 @@ def tune(
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise TuneInputError(f"tune: trials must be a positive integer, got {trials!r}")
 
+    try:
+        measure = measure_config(
+            measure, timeout_s=timeout_s, repeat=repeat, flush_cache=flush_cache, allow_other_cpu=allow_other_cpu
+        )
+    except ValueError as e:
+        raise TuneInputError(f"tune: {e}") from None
+
     t_start = time.perf_counter()
     func, workload, name = _resolve(func_or_workload)
     hw = load(hardware)
     address = resolve_address(address)
-    check_runs_here(hw, address, allow_other_cpu)
+    check_runs_here(hw, address, measure.allow_other_cpu)
     verify_hardware(hw, stacklevel=3)  # a wrong intrinsic is refused here, before any candidate is built
 
     with hold_work_dir(work_dir):  # WorkDirBusy, before anything starts, when another run holds it
         return _tune(
             func, workload, name, hw, trials, work_dir, seed, address, config, progress, workers,
-            {"timeout_s": timeout_s, "repeat": repeat, "flush_cache": flush_cache, "allow_other_cpu": allow_other_cpu},
-            transfer, transfer_from, t_start,
+            measure, transfer, transfer_from, t_start,
         )  # fmt: skip
 
 
@@ -242,7 +254,7 @@ def _tune(
     config: SearchConfig | None,
     progress: Callable[[Progress], None] | None,
     workers: int | None,
-    measure: dict[str, Any],  # the Measurer's timeout_s, repeat, flush_cache and allow_other_cpu
+    measure: MeasureConfig,
     transfer: bool,
     transfer_from: Sequence[str | os.PathLike],
     t_start: float,
@@ -265,7 +277,7 @@ def _tune(
         stage("starting Ray" if address is None else f"joining the Ray cluster at {address}")
     init_ray(address)
     evaluator = task.evaluator(workers)
-    measurer = Measurer(func, hw, workload=workload, address=address, seed=seed, **measure)
+    measurer = Measurer(func, hw, workload=workload, address=address, seed=seed, config=measure)
     try:
         if task.records:
             stage(f"resuming from {len(task.records)} records in {db.dir}", len(task.records))
@@ -361,12 +373,12 @@ class TaskSearch:
     def ok_records(self) -> list[Any]:
         return [r for r in self.records if r.ok]
 
-    def evaluator(self, workers: int | None) -> Any:
+    def evaluator(self, workers: int | None) -> Evaluator:
         """Where this task's candidates are replayed: ``workers`` Ray actors (None: one per CPU), or
         this process (0)."""
         return LocalEvaluator(self.space) if workers == 0 else RayEvaluator(self.space, workers)
 
-    def resume(self, evaluator: Any) -> None:
+    def resume(self, evaluator: Evaluator) -> None:
         """Teach the cost model the records measured before and seed the population with the
         successful ones (once; nothing to do for a new task)."""
         if self._resumed or not self.records:
@@ -384,7 +396,7 @@ class TaskSearch:
         self.measured = [by_key[r.candidate_key] for r in ok]
 
     def run_round(
-        self, limit: int, evaluator: Any, measurer: Any, on_record: Callable[[Any], None] | None = None
+        self, limit: int, evaluator: Evaluator, measurer: Measurer, on_record: Callable[[Any], None] | None = None
     ) -> int:
         """Propose and measure one round of at most ``limit`` candidates (``num_trials_per_iter``
         at most), each committed to the database as it is measured; returns how many were
@@ -457,7 +469,7 @@ class TaskSearch:
         self.measured.sort(key=lambda c: latency_of.get(c.key, math.inf))
         return len(batch)
 
-    def record_events(self, measurer: Any) -> None:
+    def record_events(self, measurer: Measurer) -> None:
         """Commit what happened to the cluster's nodes while measuring (not candidate records)."""
         for event in measurer.pool.take_events():
             self.db.commit_infrastructure({**event, "workload_key": self.wkey, "hardware_key": self.hkey})
@@ -476,7 +488,7 @@ class TaskSearch:
                 f"nothing; add an {self.hw.arch} node to the cluster to tune (the records are in {Path(work_dir) / 'database'})"
             )
 
-    def retime_finalists(self, measurer: Any) -> None:
+    def retime_finalists(self, measurer: Measurer) -> None:
         """Time the :func:`finalist_count` fastest candidates by their own latencies again, with the best
         an earlier run re-timed, ``FINALIST_ROUNDS`` rounds interleaved, and record it: the best
         is then chosen among them under the same noise, not by one lucky batch.
